@@ -1,0 +1,69 @@
+-- cancel_job: cancel a job: no further occurrences; ready, waiting and buffered runs are
+-- removed; running runs are marked cancelled (their workers learn it from the cancel
+-- signal or their next heartbeat, and their ack then ends them as cancelled).
+-- Idempotent: cancelling a job in a final state changes nothing.
+--
+-- KEYS[1] buckets    ZSET  index of non-empty due buckets
+-- ARGV[1] prefix     string  shard key prefix
+-- ARGV[2] bucket     ms      due bucket width
+-- ARGV[3] id         string  job id
+-- ARGV[4] keep       count   history entries kept per job
+-- ARGV[5] retention  ms      how long a cancelled job is kept
+--
+-- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue,
+--               P..'hist:'..id
+--
+-- Returns: { code, state, running }
+--   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
+--   running  members of runs that were running and must be interrupted
+--- @include "common"
+
+local bucketsKey = KEYS[1]
+local P = ARGV[1]
+local bucketMs = tonumber(ARGV[2])
+local id = ARGV[3]
+local keep = tonumber(ARGV[4])
+local retention = tonumber(ARGV[5])
+
+local jobKey = P .. 'job:' .. id
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'bf', 'q')
+if not j[1] then
+  return { -1, '', {} }
+end
+if final(j[1]) then
+  return { 0, j[1], {} }
+end
+
+local nx = tonumber(j[2]) or 0
+if nx > 0 then
+  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx)
+end
+
+local running = {}
+local rl = ','
+for due in string.gmatch(j[3] or '', '[^,]+') do
+  local member = id .. ':' .. due
+  local runKey = P .. 'run:' .. member
+  local r = redis.call('HMGET', runKey, 'st', 'ra')
+  if r[1] == 'running' or r[1] == 'cancelled' then
+    redis.call('HSET', runKey, 'st', 'cancelled')
+    table.insert(running, member)
+    rl = rl .. due .. ','
+  else
+    if r[1] == 'ready' then
+      redis.call('ZREM', P .. 'ready:' .. j[5], member)
+    elseif r[1] == 'retrying' then
+      unfile_due(P, bucketsKey, bucketMs, member, tonumber(r[2]))
+    end
+    redis.call('DEL', runKey)
+  end
+end
+if j[4] and j[4] ~= '' then
+  redis.call('DEL', P .. 'run:' .. id .. ':' .. j[4])
+end
+
+redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')
+hist(P, id, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
+redis.call('PEXPIRE', jobKey, retention)
+redis.call('PEXPIRE', P .. 'hist:' .. id, retention)
+return { 1, 'cancelled', running }

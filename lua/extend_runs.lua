@@ -1,0 +1,37 @@
+-- extend_runs: heartbeat; push the visibility deadlines of runs a worker still holds.
+--
+-- KEYS[1] inflight  ZSET  claimed runs; score = visibility deadline ms
+-- ARGV[1] prefix    string  shard key prefix
+-- ARGV[2] n         count   runs that follow
+-- then per run: member, token
+--
+-- Derived keys: P..'run:'..member, P..'job:'..id
+--
+-- Returns: per run, 1 extended, 0 cancelled (the handler should stop; its deadline is
+--          still extended so the cancellation is not taken for a lost worker),
+--          -2 the run is no longer held with this token (redelivered or finished).
+--- @include "common"
+
+local inflightKey = KEYS[1]
+local P = ARGV[1]
+local n = tonumber(ARGV[2])
+
+local now = now_ms()
+local out = {}
+for k = 3, 2 + n * 2, 2 do
+  local member, token = ARGV[k], ARGV[k + 1]
+  local r = redis.call('HMGET', P .. 'run:' .. member, 'tok', 'st')
+  if r[1] ~= token or not redis.call('ZSCORE', inflightKey, member) then
+    table.insert(out, -2)
+  else
+    local id = split_run(member)
+    local vt = tonumber(redis.call('HGET', P .. 'job:' .. id, 'vt')) or 30000
+    redis.call('ZADD', inflightKey, 'XX', now + vt, member)
+    if r[2] == 'cancelled' then
+      table.insert(out, 0)
+    else
+      table.insert(out, 1)
+    end
+  end
+end
+return out

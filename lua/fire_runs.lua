@@ -1,0 +1,109 @@
+-- fire_runs: move due runs of one shard to their ready sets and re-file recurring jobs at
+-- their next occurrence, under the caller's shard lease.
+--
+-- KEYS[1] buckets  ZSET    index of non-empty due buckets
+-- KEYS[2] lease    STRING  `owner:epoch` of the dispatcher that owns the shard
+-- ARGV[1] prefix   string  shard key prefix
+-- ARGV[2] bucket   ms      due bucket width
+-- ARGV[3] lease    string  the caller's `owner:epoch`
+-- ARGV[4] keep     count   history entries kept per job
+-- ARGV[5] n        count   entries that follow
+-- then per entry (as peek_due returned it, plus the dispatcher's plan):
+--   member   string  run member `<jobID>:<due>`
+--   score    ms      its score when peeked; the entry is skipped unless it still has it
+--   version  string  cron jobs: the job version peeked ('' otherwise); skipped on mismatch
+--   next     ms      cron jobs: next occurrence to file (0 none)
+--   missed   count   cron jobs: occurrences recorded as missed (misfire policy)
+--   nfire    count   cron jobs: occurrences to fire that follow (0 for other kinds)
+--   nfire    due ms  ...
+--
+-- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue,
+--               P..'hist:'..id
+--
+-- Returns: { fired, queues } runs made ready and the queues that received them,
+--          or -3 when the caller does not hold the lease (nothing changed).
+--- @include "common"
+
+local bucketsKey, leaseKey = KEYS[1], KEYS[2]
+local P = ARGV[1]
+local bucketMs = tonumber(ARGV[2])
+local keep = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+
+if redis.call('GET', leaseKey) ~= ARGV[3] then
+  return -3
+end
+
+local fired = 0
+local queues, seen = {}, {}
+local function readied(q)
+  fired = fired + 1
+  if not seen[q] then
+    seen[q] = true
+    table.insert(queues, q)
+  end
+end
+
+local i = 6
+for _ = 1, n do
+  local member, score, ver = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local next, missed, nfire = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local fires = i + 6
+  i = fires + nfire
+
+  local cur = redis.call('ZSCORE', P .. 'due:' .. num(math.floor(score / bucketMs)), member)
+  if cur and tonumber(cur) == score then
+    local id, due = split_run(member)
+    local jobKey = P .. 'job:' .. id
+    local j = redis.call('HMGET', jobKey, 'st', 'ver', 'q', 'pr', 'sk', 'ov', 'rl', 'bf')
+    local st, q, pri = j[1], j[3], j[4]
+    if redis.call('EXISTS', P .. 'run:' .. member) == 1 then
+      -- A retry (or snoozed run) whose time has come.
+      unfile_due(P, bucketsKey, bucketMs, member, score)
+      if not st then
+        redis.call('DEL', P .. 'run:' .. member)
+      elseif enqueue(P, member, q, pri, due, st) then
+        readied(q)
+        if j[5] == 'at' then
+          redis.call('HSET', jobKey, 'st', 'ready')
+        end
+      end
+    elseif not st or final(st) or st == 'paused' then
+      -- Nothing to fire: the job is gone or no longer schedules runs.
+      unfile_due(P, bucketsKey, bucketMs, member, score)
+    elseif j[5] ~= 'cron' then
+      unfile_due(P, bucketsKey, bucketMs, member, score)
+      if new_run(P, jobKey, id, due, q, pri, st) then
+        readied(q)
+      end
+      redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0)
+    elseif j[2] == ver then
+      unfile_due(P, bucketsKey, bucketMs, member, score)
+      local active, bf = runs_active(j[7]), j[8]
+      for k = fires, fires + nfire - 1 do
+        local d = ARGV[k]
+        if not active or j[6] == 'allow' then
+          if new_run(P, jobKey, id, d, q, pri, st) then
+            readied(q)
+          end
+          active = true
+        elseif j[6] == 'buffer_one' and (not bf or bf == '') then
+          redis.call('HSET', P .. 'run:' .. id .. ':' .. d, 'att', 0, 'dl', 0, 'st', 'buffered')
+          redis.call('HSET', jobKey, 'bf', d)
+          bf = d
+        else
+          hist(P, id, keep, { d = tonumber(d), o = 'skipped' })
+        end
+      end
+      if missed > 0 then
+        hist(P, id, keep, { d = score, o = 'missed', m = missed })
+      end
+      if next > 0 then
+        file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next)
+      end
+      redis.call('HSET', jobKey, 'nx', num(next))
+    end
+  end
+end
+
+return { fired, queues }

@@ -1,0 +1,135 @@
+// Package lua holds tock's Redis scripts, one .lua file per operation, with their
+// expanded sources and SHA-1s (the shard package runs them with EVALSHA, falling back
+// to EVAL).
+//
+// Each script documents its KEYS, ARGV and replies in its header; those headers are the
+// reference for the data model. A line `--- @include "name"` is replaced by the contents
+// of include/name.lua when the script is loaded (BullMQ's convention); includes may not
+// be circular.
+//
+// Every script touches the keys of one shard only (one Redis Cluster slot) and uses
+// redis.call('TIME') as its clock.
+package lua
+
+import (
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+//go:embed *.lua include/*.lua
+var files embed.FS
+
+var includeRE = regexp.MustCompile(`(?m)^--- @include "([a-z_]+)"\s*$`)
+
+// Source returns the source of script name (without ".lua") with its includes expanded.
+func Source(name string) (string, error) {
+	return expand(name+".lua", nil)
+}
+
+func expand(path string, stack []string) (string, error) {
+	for _, s := range stack {
+		if s == path {
+			return "", fmt.Errorf("lua: circular include %s -> %s", strings.Join(stack, " -> "), path)
+		}
+	}
+	b, err := fs.ReadFile(files, path)
+	if err != nil {
+		return "", fmt.Errorf("lua: %w", err)
+	}
+	stack = append(stack, path)
+	var expandErr error
+	out := includeRE.ReplaceAllStringFunc(string(b), func(line string) string {
+		name := includeRE.FindStringSubmatch(line)[1]
+		src, err := expand("include/"+name+".lua", stack)
+		if err != nil && expandErr == nil {
+			expandErr = err
+		}
+		return src
+	})
+	return out, expandErr
+}
+
+// Names lists the scripts (without ".lua"), sorted.
+func Names() []string {
+	entries, _ := fs.Glob(files, "*.lua")
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e, ".lua"))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Script is one loaded script: its expanded source and SHA-1.
+type Script struct {
+	Name string // file name without ".lua"
+	Src  string // source with includes expanded
+	SHA  string // hex SHA-1 of Src, for EVALSHA
+	Keys int    // number of KEYS its header declares
+}
+
+// Scripts holds one loaded script per operation. It is read-only and safe for concurrent use.
+type Scripts struct {
+	CreateJobs      *Script
+	PeekDue         *Script
+	FireRuns        *Script
+	ClaimRuns       *Script
+	ExtendRuns      *Script
+	FinishRuns      *Script
+	CancelJob       *Script
+	PauseJob        *Script
+	ResumeJob       *Script
+	TriggerJob      *Script
+	AcquireLease    *Script
+	ReleaseLease    *Script
+	HeartbeatMember *Script
+}
+
+// Load builds every script. It fails only if an embedded script is malformed.
+func Load() (*Scripts, error) {
+	s := &Scripts{}
+	for name, dst := range map[string]**Script{
+		"create_jobs":      &s.CreateJobs,
+		"peek_due":         &s.PeekDue,
+		"fire_runs":        &s.FireRuns,
+		"claim_runs":       &s.ClaimRuns,
+		"extend_runs":      &s.ExtendRuns,
+		"finish_runs":      &s.FinishRuns,
+		"cancel_job":       &s.CancelJob,
+		"pause_job":        &s.PauseJob,
+		"resume_job":       &s.ResumeJob,
+		"trigger_job":      &s.TriggerJob,
+		"acquire_lease":    &s.AcquireLease,
+		"release_lease":    &s.ReleaseLease,
+		"heartbeat_member": &s.HeartbeatMember,
+	} {
+		src, err := Source(name)
+		if err != nil {
+			return nil, err
+		}
+		keys, err := DeclaredKeys(name)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha1.Sum([]byte(src))
+		*dst = &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:]), Keys: keys}
+	}
+	return s, nil
+}
+
+var keysRE = regexp.MustCompile(`(?m)^-- KEYS\[(\d+)\] `)
+
+// DeclaredKeys returns how many KEYS the header of script name declares.
+func DeclaredKeys(name string) (int, error) {
+	b, err := fs.ReadFile(files, name+".lua")
+	if err != nil {
+		return 0, fmt.Errorf("lua: %w", err)
+	}
+	return len(keysRE.FindAllSubmatch(b, -1)), nil
+}

@@ -1,0 +1,40 @@
+-- pause_job: stop a job from starting runs: its next occurrence leaves the due set and
+-- its ready runs are parked. Running runs go on; retries that come due while paused are
+-- parked too. Idempotent.
+--
+-- KEYS[1] buckets  ZSET  index of non-empty due buckets
+-- ARGV[1] prefix   string  shard key prefix
+-- ARGV[2] bucket   ms      due bucket width
+-- ARGV[3] id       string  job id
+--
+-- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+--
+-- Returns: { code, state } code 1 paused now, 0 nothing to do (already paused, or a
+--          final state), -1 no such job
+--- @include "common"
+
+local bucketsKey = KEYS[1]
+local P = ARGV[1]
+local bucketMs = tonumber(ARGV[2])
+local id = ARGV[3]
+
+local jobKey = P .. 'job:' .. id
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q')
+if not j[1] then
+  return { -1, '' }
+end
+if final(j[1]) or j[1] == 'paused' then
+  return { 0, j[1] }
+end
+local nx = tonumber(j[2]) or 0
+if nx > 0 then
+  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx)
+end
+for due in string.gmatch(j[3] or '', '[^,]+') do
+  local member = id .. ':' .. due
+  if redis.call('ZREM', P .. 'ready:' .. j[4], member) == 1 then
+    redis.call('HSET', P .. 'run:' .. member, 'st', 'paused')
+  end
+end
+redis.call('HSET', jobKey, 'st', 'paused', 'ps', j[1])
+return { 1, 'paused' }

@@ -1,0 +1,43 @@
+-- trigger_job: fire a job now, outside its schedule. A recurring job gets an extra run and
+-- keeps its schedule; a one-time job that has not fired yet fires now instead of later.
+--
+-- KEYS[1] buckets  ZSET  index of non-empty due buckets
+-- ARGV[1] prefix   string  shard key prefix
+-- ARGV[2] bucket   ms      due bucket width
+-- ARGV[3] id       string  job id
+--
+-- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+--
+-- Returns: { code, state, member, queue }
+--   code 1 triggered (member is the new run), 0 nothing to do: the job is paused, in a
+--   final state, or a one-time job whose run is already under way (state says which),
+--   -1 no such job
+--- @include "common"
+
+local bucketsKey = KEYS[1]
+local P = ARGV[1]
+local bucketMs = tonumber(ARGV[2])
+local id = ARGV[3]
+
+local jobKey = P .. 'job:' .. id
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk')
+if not j[1] then
+  return { -1, '', '', '' }
+end
+if final(j[1]) or j[1] == 'paused' then
+  return { 0, j[1], '', '' }
+end
+local nx = tonumber(j[2]) or 0
+if j[5] ~= 'cron' then
+  if nx == 0 then
+    return { 0, j[1], '', '' }
+  end
+  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx)
+  redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0)
+end
+local due = now_ms()
+while redis.call('EXISTS', P .. 'run:' .. id .. ':' .. num(due)) == 1 do
+  due = due + 1
+end
+local _, member = new_run(P, jobKey, id, num(due), j[3], j[4], 'ready')
+return { 1, j[5] == 'cron' and j[1] or 'ready', member, j[3] }

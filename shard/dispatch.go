@@ -1,0 +1,216 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Lease is a dispatcher's hold on a shard. Epoch is the fencing token: it grows with
+// every new owner, and every state-changing dispatcher script checks `Owner:Epoch`.
+type Lease struct {
+	Shard ID
+	Owner string
+	Epoch int64
+}
+
+func (l Lease) value() string { return l.Owner + ":" + strconv.FormatInt(l.Epoch, 10) }
+
+// LeaseResult is the outcome of trying to take or renew one lease.
+type LeaseResult struct {
+	Lease Lease
+	Held  bool          // the caller holds the lease
+	TTL   time.Duration // remaining time of the other owner's lease when not Held
+	Err   error
+}
+
+// AcquireLeases takes or renews the leases of shards for owner, in one pipeline. A lease
+// held by another owner is reported with Held false. owner must not contain ':'.
+func (s *Store) AcquireLeases(ctx context.Context, owner string, shards []ID, ttl time.Duration) []LeaseResult {
+	calls := make([]call, len(shards))
+	for i, id := range shards {
+		calls[i] = call{s.scripts.AcquireLease, []string{s.keys.Lease(id), s.keys.Epoch(id)},
+			[]string{owner, strconv.FormatInt(ttl.Milliseconds(), 10)}}
+	}
+	out := make([]LeaseResult, len(shards))
+	for i, r := range s.exec(ctx, calls...) {
+		out[i].Lease = Lease{Shard: shards[i], Owner: owner}
+		reply, err := r.ToArray()
+		if err != nil || len(reply) != 2 {
+			out[i].Err = fmt.Errorf("acquire lease of shard %d: %v", shards[i], err)
+			continue
+		}
+		if e := i64(reply[0]); e > 0 {
+			out[i].Lease.Epoch, out[i].Held = e, true
+		} else {
+			out[i].TTL = time.Duration(i64(reply[1])) * time.Millisecond
+		}
+	}
+	return out
+}
+
+// ReleaseLease gives a lease up if it is still held; released reports whether it was.
+func (s *Store) ReleaseLease(ctx context.Context, l Lease) (released bool, err error) {
+	n, err := s.exec1(ctx, call{s.scripts.ReleaseLease, []string{s.keys.Lease(l.Shard)}, []string{l.value()}}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("release lease of shard %d: %w", l.Shard, err)
+	}
+	return n == 1, nil
+}
+
+// Heartbeat records that dispatcher name is alive for ttl (or removes it when leaving)
+// and returns the names of the live dispatchers.
+func (s *Store) Heartbeat(ctx context.Context, name string, ttl time.Duration, leaving bool) ([]string, error) {
+	l := "0"
+	if leaving {
+		l = "1"
+	}
+	names, err := s.exec1(ctx, call{s.scripts.HeartbeatMember, []string{s.keys.Members()},
+		[]string{name, strconv.FormatInt(ttl.Milliseconds(), 10), l}}).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher heartbeat: %w", err)
+	}
+	return names, nil
+}
+
+// Due kinds, as peek_due reports them.
+const (
+	KindOnce  = "once"  // first run of a one-time job
+	KindRetry = "retry" // a run waiting for its next attempt
+	KindCron  = "cron"  // the next occurrence of a recurring job
+	KindGone  = "gone"  // the job no longer exists
+)
+
+// DueEntry is one due run as peek_due saw it.
+type DueEntry struct {
+	Member       string
+	Due          int64 // the run's due time (ms), from its member
+	Score        int64 // when it became due (ms); a retry's score is its retry time
+	Kind         string
+	Cron, TZ     string
+	Version      string
+	Misfire      string
+	MisfireAfter time.Duration
+}
+
+// Peek is what a dispatcher learns about one shard in one round trip.
+type Peek struct {
+	Now          int64 // Redis TIME, ms
+	NextDue      int64 // earliest due time after Now; Now when more is due; -1 nothing
+	NextDeadline int64 // earliest visibility deadline; -1 nothing in flight
+	Entries      []DueEntry
+}
+
+// Peek reads up to limit due runs of a shard. It changes nothing.
+func (s *Store) Peek(ctx context.Context, id ID, limit int) (*Peek, error) {
+	reply, err := s.exec1(ctx, call{s.scripts.PeekDue, []string{s.keys.Buckets(id), s.keys.Inflight(id)},
+		[]string{s.keys.Prefix(id), strconv.Itoa(limit)}}).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("peek shard %d: %w", id, err)
+	}
+	if len(reply) != 4 {
+		return nil, fmt.Errorf("peek shard %d: unexpected reply of %d entries", id, len(reply))
+	}
+	p := &Peek{Now: i64(reply[0]), NextDue: i64(reply[1]), NextDeadline: i64(reply[2])}
+	raw := arr(reply[3])
+	p.Entries = make([]DueEntry, 0, len(raw)/8)
+	for k := 0; k+7 < len(raw); k += 8 {
+		e := DueEntry{
+			Member: str(raw[k]), Score: i64(raw[k+1]), Kind: str(raw[k+2]),
+			Cron: str(raw[k+3]), TZ: str(raw[k+4]), Version: str(raw[k+5]), Misfire: str(raw[k+6]),
+			MisfireAfter: time.Duration(i64(raw[k+7])) * time.Millisecond,
+		}
+		_, e.Due, _ = SplitMember(e.Member)
+		p.Entries = append(p.Entries, e)
+	}
+	return p, nil
+}
+
+// FirePlan is what to do with one due entry. For a cron entry the dispatcher fills in
+// the occurrences to fire, how many it records as missed and the next one to file.
+type FirePlan struct {
+	Entry  DueEntry
+	Fires  []int64 // cron: occurrences (ms) to fire
+	Missed int     // cron: occurrences recorded as missed
+	Next   int64   // cron: next occurrence to file (0 none)
+}
+
+// Fire carries out plans under lease: due runs move to their ready sets (if they are
+// still due as peeked), recurring jobs are filed at their next occurrence. It signals
+// the queues that got runs and returns how many runs became ready, or ErrLeaseLost.
+func (s *Store) Fire(ctx context.Context, l Lease, plans []FirePlan) (fired int, err error) {
+	args := make([]string, 0, 5+len(plans)*7)
+	args = append(args, s.keys.Prefix(l.Shard), strconv.FormatInt(s.bucketMs, 10), l.value(),
+		strconv.Itoa(s.cfg.History), strconv.Itoa(len(plans)))
+	for _, p := range plans {
+		ver := ""
+		if p.Entry.Kind == KindCron {
+			ver = p.Entry.Version
+		}
+		args = append(args, p.Entry.Member, strconv.FormatInt(p.Entry.Score, 10), ver,
+			strconv.FormatInt(p.Next, 10), strconv.Itoa(p.Missed), strconv.Itoa(len(p.Fires)))
+		for _, f := range p.Fires {
+			args = append(args, strconv.FormatInt(f, 10))
+		}
+	}
+	r := s.exec1(ctx, call{s.scripts.FireRuns, []string{s.keys.Buckets(l.Shard), s.keys.Lease(l.Shard)}, args})
+	if code, err := r.AsInt64(); err == nil && code < 0 {
+		return 0, codeError(code)
+	}
+	reply, err := r.ToArray()
+	if err != nil || len(reply) != 2 {
+		return 0, fmt.Errorf("fire shard %d: %v", l.Shard, err)
+	}
+	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1])))
+	return int(i64(reply[0])), nil
+}
+
+// Reap sends up to limit runs of a shard whose visibility deadline passed back through
+// the fail path (retry or dead-letter set), under lease. It returns how many it reaped,
+// or ErrLeaseLost.
+func (s *Store) Reap(ctx context.Context, l Lease, limit int) (int, error) {
+	r := s.exec1(ctx, s.finishCall(l.Shard, "reap", l.value(), []string{strconv.Itoa(limit)}))
+	if code, err := r.AsInt64(); err == nil && code < 0 {
+		return 0, codeError(code)
+	}
+	reply, err := r.ToArray()
+	if err != nil || len(reply) != 2 {
+		return 0, fmt.Errorf("reap shard %d: %v", l.Shard, err)
+	}
+	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1])))
+	return int(i64(reply[0])), nil
+}
+
+func (s *Store) finishCall(id ID, mode, lease string, rest []string) call {
+	args := append([]string{
+		s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(s.cfg.History),
+		strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10), mode, lease,
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64),
+	}, rest...)
+	return call{s.scripts.FinishRuns, []string{s.keys.Inflight(id), s.keys.Buckets(id), s.keys.Dead(id), s.keys.Lease(id)}, args}
+}
+
+// ParseWake decodes a wake signal: "<shard> <due ms>".
+func ParseWake(msg string) (ID, int64, bool) {
+	a, b, ok := strings.Cut(msg, " ")
+	if !ok {
+		return 0, 0, false
+	}
+	id, err1 := strconv.Atoi(a)
+	due, err2 := strconv.ParseInt(b, 10, 64)
+	return ID(id), due, err1 == nil && err2 == nil
+}
+
+// Subscribe delivers messages of channels to fn until ctx ends or the connection fails
+// (it returns the error; callers loop). It is the one way the other packages listen to
+// tock's signals.
+func (s *Store) Subscribe(ctx context.Context, channels []string, fn func(channel, msg string)) error {
+	return s.c.Receive(ctx, s.c.B().Subscribe().Channel(channels...).Build(), func(m rueidis.PubSubMessage) {
+		fn(m.Channel, m.Message)
+	})
+}

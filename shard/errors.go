@@ -1,0 +1,56 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by Store methods. Callers compare with errors.Is.
+var (
+	ErrNotFound      = errors.New("job not found")
+	ErrTokenMismatch = errors.New("run is not held with this token (redelivered after its visibility deadline, or finished)")
+	ErrLeaseLost     = errors.New("shard lease lost")
+	ErrClockSkew     = errors.New("no occurrence after the Redis server's time: local clock estimate is off")
+	ErrLeaseHeld     = errors.New("shard lease held by another dispatcher")
+)
+
+// Script reply codes (negative integers) and the sentinel each maps to.
+var codeErrors = map[int64]error{
+	-1: ErrNotFound,
+	-2: ErrTokenMismatch,
+	-3: ErrLeaseLost,
+	-4: ErrClockSkew,
+}
+
+func codeError(code int64) error {
+	if err, ok := codeErrors[code]; ok {
+		return err
+	}
+	return fmt.Errorf("unknown script reply code %d", code)
+}
+
+// StateError reports an operation that the job's state does not allow, such as
+// triggering a paused job.
+type StateError struct {
+	Op    string
+	JobID string
+	State string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("%s job %q: not possible in state %s", e.Op, e.JobID, e.State)
+}
+
+// ConfigMismatchError is returned by Open when the namespace was initialised with other
+// settings than the caller's.
+type ConfigMismatchError struct {
+	Namespace string
+	Setting   string
+	Stored    string
+	Given     string
+}
+
+func (e *ConfigMismatchError) Error() string {
+	return fmt.Sprintf("namespace %q was initialised with %s=%s, this process is configured with %s=%s",
+		e.Namespace, e.Setting, e.Stored, e.Setting, e.Given)
+}

@@ -1,0 +1,445 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tockhq/tock/job"
+)
+
+// maxCreateBatch bounds the jobs one create_jobs call carries.
+const maxCreateBatch = 500
+
+// CreateResult is the outcome of creating one job.
+type CreateResult struct {
+	ID        string
+	Shard     ID
+	State     job.State
+	NextRunAt time.Time // zero when the run is ready already
+	// Created is false when the id existed; the other fields then describe the existing job.
+	Created bool
+	// Conflict is set with Created false when the existing job's definition differs from
+	// the one given.
+	Conflict bool
+	// Err is a *job.FieldError for an invalid job, or the Redis error that prevented
+	// the create.
+	Err error
+}
+
+type encodedJob struct {
+	idx   int
+	shard ID
+	kind  string
+	when  string
+	def   []string
+	dh    string
+	cron  *job.Cron
+}
+
+// encode turns a normalised job into create_jobs arguments.
+func encode(j *job.Job) (*encodedJob, error) {
+	e := &encodedJob{}
+	sch := j.Schedule
+	def := []string{
+		"q", j.Queue, "t", j.Type, "p", string(j.Payload), "pr", strconv.Itoa(j.PriorityOrDefault()),
+		"ma", strconv.Itoa(j.Retry.MaxAttempts),
+		"ib", strconv.FormatInt(j.Retry.InitialBackoff.Milliseconds(), 10),
+		"mb", strconv.FormatInt(j.Retry.MaxBackoff.Milliseconds(), 10),
+		"mu", strconv.FormatFloat(j.Retry.Multiplier, 'g', -1, 64),
+		"ji", strconv.FormatFloat(j.Retry.Jitter, 'g', -1, 64),
+		"to", strconv.FormatInt(j.Timeout.Milliseconds(), 10),
+		"vt", strconv.FormatInt(j.Visibility.Milliseconds(), 10),
+	}
+	switch {
+	case sch.IsRecurring():
+		c, err := job.ParseCron(sch.Cron, sch.TimeZone)
+		if err != nil {
+			return nil, &job.FieldError{Field: "schedule.cron", Msg: err.Error()}
+		}
+		e.kind, e.cron = "cron", c
+		def = append(def, "sk", "cron", "sc", sch.Cron, "tz", sch.TimeZone, "ov", string(j.Overlap),
+			"mf", string(j.Misfire), "mt", strconv.FormatInt(j.MisfireAfter.Milliseconds(), 10))
+	case !sch.At.IsZero():
+		e.kind, e.when = "at", strconv.FormatInt(sch.At.UnixMilli(), 10)
+		def = append(def, "sk", "at", "sv", "@"+e.when)
+	case sch.Delay > 0:
+		e.kind, e.when = "delay", strconv.FormatInt(sch.Delay.Milliseconds(), 10)
+		def = append(def, "sk", "at", "sv", "+"+e.when)
+	default:
+		e.kind, e.when = "delay", "0"
+		def = append(def, "sk", "at", "sv", "now")
+	}
+	h := xxhash.New()
+	for _, f := range def {
+		_, _ = h.WriteString(f)
+		_, _ = h.Write([]byte{0})
+	}
+	e.dh = strconv.FormatUint(h.Sum64(), 36)
+	e.def = append(def, "dh", e.dh, "ver", "1")
+	return e, nil
+}
+
+// Create stores jobs whose ids are new and files their first runs; a job whose id exists
+// is left as it is and reported with Created false (ids are idempotency keys). Jobs are
+// normalised in place (defaults filled, ids generated). Jobs are grouped by shard and
+// sent in one pipeline. The results are in the order of jobs; invalid jobs get a
+// *job.FieldError and are not stored. The error is the first Redis error, if any; the
+// results then say which jobs it hit.
+func (s *Store) Create(ctx context.Context, jobs []*job.Job) ([]CreateResult, error) {
+	results := make([]CreateResult, len(jobs))
+	byShard := map[ID][]*encodedJob{}
+	var est time.Time
+	for i, j := range jobs {
+		if err := j.Normalize(s.cfg.MaxPayload); err != nil {
+			results[i] = CreateResult{ID: j.ID, Err: err}
+			continue
+		}
+		e, err := encode(j)
+		if err != nil {
+			results[i] = CreateResult{ID: j.ID, Err: err}
+			continue
+		}
+		e.idx, e.shard = i, s.ShardOf(j.ID)
+		results[i] = CreateResult{ID: j.ID, Shard: e.shard}
+		if e.cron != nil {
+			if est.IsZero() {
+				if est, err = s.ServerNow(ctx); err != nil {
+					return results, err
+				}
+			}
+			if e.when, err = candidates(e.cron, est); err != nil {
+				results[i].Err = &job.FieldError{Field: "schedule.cron", Msg: err.Error()}
+				continue
+			}
+		}
+		byShard[e.shard] = append(byShard[e.shard], e)
+	}
+	firstErr := s.create(ctx, byShard, jobs, results)
+	// A cron candidate list that missed the server's now means the clock estimate was off:
+	// measure again and retry those jobs once.
+	retry := map[ID][]*encodedJob{}
+	for id, es := range byShard {
+		for _, e := range es {
+			if errors.Is(results[e.idx].Err, ErrClockSkew) {
+				retry[id] = append(retry[id], e)
+			}
+		}
+	}
+	if len(retry) > 0 && firstErr == nil {
+		if err := s.measureClock(ctx); err != nil {
+			return results, err
+		}
+		est, _ = s.ServerNow(ctx)
+		for _, es := range retry {
+			for _, e := range es {
+				e.when, _ = candidates(e.cron, est)
+				results[e.idx].Err = nil
+			}
+		}
+		firstErr = s.create(ctx, retry, jobs, results)
+	}
+	return results, firstErr
+}
+
+func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs []*job.Job, results []CreateResult) error {
+	var calls []call
+	var groups [][]*encodedJob
+	for id, es := range byShard {
+		for len(es) > 0 {
+			n := min(len(es), maxCreateBatch)
+			chunk := es[:n]
+			es = es[n:]
+			args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(len(chunk))}
+			for _, e := range chunk {
+				args = append(args, jobs[e.idx].ID, e.kind, e.when, strconv.Itoa(len(e.def)/2))
+				args = append(args, e.def...)
+			}
+			calls = append(calls, call{s.scripts.CreateJobs, []string{s.keys.Buckets(id)}, args})
+			groups = append(groups, chunk)
+		}
+	}
+	var firstErr error
+	var msgs [][2]string
+	for k, r := range s.exec(ctx, calls...) {
+		chunk := groups[k]
+		id := chunk[0].shard
+		reply, err := r.ToArray()
+		if err == nil && len(reply) != 3 {
+			err = fmt.Errorf("create_jobs: unexpected reply of %d entries", len(reply))
+		}
+		if err != nil {
+			err = fmt.Errorf("create jobs on shard %d: %w", id, err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			for _, e := range chunk {
+				results[e.idx].Err = err
+			}
+			continue
+		}
+		if wake := i64(reply[0]); wake > 0 {
+			msgs = append(msgs, s.wakeSignal(id, wake))
+		}
+		msgs = s.readySignals(msgs, id, strs(reply[1]))
+		items := arr(reply[2])
+		for n, e := range chunk {
+			res := &results[e.idx]
+			status := i64(items[n*4])
+			if status < 0 {
+				res.Err = codeError(status)
+				continue
+			}
+			res.Created = status == 1
+			res.State = job.State(str(items[n*4+1]))
+			res.NextRunAt = ms(i64(items[n*4+2]))
+			res.Conflict = !res.Created && str(items[n*4+3]) != e.dh
+		}
+	}
+	s.publish(ctx, msgs)
+	return firstErr
+}
+
+// Info is a job as stored: its definition and its current state.
+type Info struct {
+	job.Job
+	Shard     ID
+	State     job.State
+	NextRunAt time.Time // zero when no occurrence is filed
+	CreatedAt time.Time
+	// ActiveRuns counts runs that are ready, running, waiting for a retry or parked.
+	ActiveRuns int
+	// Expires is when a finished job will be removed (zero when it is kept).
+	Expires time.Time
+}
+
+// Get returns a job, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return nil, err
+	}
+	id := s.ShardOf(jobID)
+	key := s.keys.Job(id, jobID)
+	res := s.c.DoMulti(ctx, s.c.B().Hgetall().Key(key).Build(), s.c.B().Pexpiretime().Key(key).Build())
+	m, err := res[0].AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("get job %q: %w", jobID, err)
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	info := decodeInfo(jobID, m)
+	info.Shard = id
+	if exp, err := res[1].AsInt64(); err == nil && exp > 0 {
+		info.Expires = time.UnixMilli(exp)
+	}
+	return info, nil
+}
+
+func decodeInfo(jobID string, m map[string]string) *Info {
+	atoi := func(f string) int64 { v, _ := strconv.ParseInt(m[f], 10, 64); return v }
+	atof := func(f string) float64 { v, _ := strconv.ParseFloat(m[f], 64); return v }
+	dur := func(f string) time.Duration { return time.Duration(atoi(f)) * time.Millisecond }
+	pri := int(atoi("pr"))
+	info := &Info{
+		Job: job.Job{
+			ID: jobID, Queue: m["q"], Type: m["t"], Payload: []byte(m["p"]), Priority: &pri,
+			Retry: job.RetryPolicy{
+				MaxAttempts: int(atoi("ma")), InitialBackoff: dur("ib"), MaxBackoff: dur("mb"),
+				Multiplier: atof("mu"), Jitter: atof("ji"),
+			},
+			Timeout: dur("to"), Visibility: dur("vt"),
+		},
+		State:     job.State(m["st"]),
+		NextRunAt: ms(atoi("nx")),
+		CreatedAt: ms(atoi("cr")),
+	}
+	if info.Retry.Jitter == 0 {
+		info.Retry.Jitter = -1 // "none", as RetryPolicy spells it
+	}
+	if m["sk"] == "cron" {
+		info.Schedule = job.Schedule{Cron: m["sc"], TimeZone: m["tz"]}
+		info.Overlap, info.Misfire = job.Overlap(m["ov"]), job.Misfire(m["mf"])
+		info.MisfireAfter = dur("mt")
+	} else if sv := m["sv"]; len(sv) > 1 && sv[0] == '@' {
+		v, _ := strconv.ParseInt(sv[1:], 10, 64)
+		info.Schedule.At = time.UnixMilli(v)
+	} else if len(sv) > 1 && sv[0] == '+' {
+		v, _ := strconv.ParseInt(sv[1:], 10, 64)
+		info.Schedule.Delay = time.Duration(v) * time.Millisecond
+	} else {
+		info.Schedule.Now = true
+	}
+	for i := 0; i < len(m["rl"]); i++ {
+		if m["rl"][i] == ',' && i > 0 {
+			info.ActiveRuns++
+		}
+	}
+	return info
+}
+
+// histEntry is a history entry as the scripts write it.
+type histEntry struct {
+	Due     float64 `json:"d"`
+	Start   float64 `json:"s"`
+	End     float64 `json:"e"`
+	Worker  string  `json:"w"`
+	Attempt float64 `json:"a"`
+	Outcome string  `json:"o"`
+	Error   string  `json:"er"`
+	Missed  float64 `json:"m"`
+}
+
+// Runs returns the recent runs of a job, newest first (at most Config.History), or
+// ErrNotFound when the job does not exist.
+func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return nil, err
+	}
+	id := s.ShardOf(jobID)
+	res := s.c.DoMulti(ctx,
+		s.c.B().Exists().Key(s.keys.Job(id, jobID)).Build(),
+		s.c.B().Lrange().Key(s.keys.Hist(id, jobID)).Start(0).Stop(int64(s.cfg.History-1)).Build())
+	if n, err := res[0].AsInt64(); err != nil {
+		return nil, fmt.Errorf("runs of job %q: %w", jobID, err)
+	} else if n == 0 {
+		return nil, ErrNotFound
+	}
+	raw, err := res[1].AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("runs of job %q: %w", jobID, err)
+	}
+	runs := make([]job.Run, 0, len(raw))
+	for _, r := range raw {
+		var e histEntry
+		if err := json.Unmarshal([]byte(r), &e); err != nil {
+			return nil, fmt.Errorf("runs of job %q: decode history entry: %w", jobID, err)
+		}
+		runs = append(runs, job.Run{
+			Due: ms(int64(e.Due)), Start: ms(int64(e.Start)), End: ms(int64(e.End)),
+			Worker: e.Worker, Attempt: int(e.Attempt), Outcome: job.Outcome(e.Outcome),
+			Error: e.Error, Missed: int(e.Missed),
+		})
+	}
+	return runs, nil
+}
+
+func (s *Store) jobArgs(id ID, jobID string) []string {
+	return []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), jobID}
+}
+
+// Cancel cancels a job: no further occurrences, queued runs removed, running runs told
+// to stop (their handlers' contexts are cancelled). Cancelling a job that is already
+// finished or cancelled changes nothing and returns its state with changed false.
+func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return "", false, err
+	}
+	id := s.ShardOf(jobID)
+	args := append(s.jobArgs(id, jobID), strconv.Itoa(s.cfg.History), strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10))
+	reply, err := s.exec1(ctx, call{s.scripts.CancelJob, []string{s.keys.Buckets(id)}, args}).ToArray()
+	if err != nil {
+		return "", false, fmt.Errorf("cancel job %q: %w", jobID, err)
+	}
+	if code := i64(reply[0]); code < 0 {
+		return "", false, codeError(code)
+	}
+	var msgs [][2]string
+	for _, m := range strs(reply[2]) {
+		msgs = append(msgs, [2]string{s.keys.CancelChannel(), strconv.Itoa(int(id)) + " " + m})
+	}
+	s.publish(ctx, msgs)
+	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
+}
+
+// Pause stops a job from starting runs until Resume. Pausing a paused or finished job
+// changes nothing (changed false).
+func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return "", false, err
+	}
+	id := s.ShardOf(jobID)
+	reply, err := s.exec1(ctx, call{s.scripts.PauseJob, []string{s.keys.Buckets(id)}, s.jobArgs(id, jobID)}).ToArray()
+	if err != nil {
+		return "", false, fmt.Errorf("pause job %q: %w", jobID, err)
+	}
+	if code := i64(reply[0]); code < 0 {
+		return "", false, codeError(code)
+	}
+	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
+}
+
+// Resume undoes Pause. A recurring job continues at its first occurrence after now; a
+// one-time job fires at its time (at once when that has passed). Resuming a job that is
+// not paused changes nothing (changed false).
+func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
+	info, err := s.Get(ctx, jobID)
+	if err != nil {
+		return "", false, err
+	}
+	id := info.Shard
+	for attempt := 0; ; attempt++ {
+		cands := ""
+		if info.Schedule.IsRecurring() {
+			c, err := job.ParseCron(info.Schedule.Cron, info.Schedule.TimeZone)
+			if err != nil {
+				return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
+			}
+			est, err := s.ServerNow(ctx)
+			if err != nil {
+				return "", false, err
+			}
+			if cands, err = candidates(c, est); err != nil {
+				return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
+			}
+		}
+		args := append(s.jobArgs(id, jobID), cands)
+		reply, err := s.exec1(ctx, call{s.scripts.ResumeJob, []string{s.keys.Buckets(id)}, args}).ToArray()
+		if err != nil {
+			return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
+		}
+		code := i64(reply[0])
+		if code == -4 && attempt == 0 {
+			if err := s.measureClock(ctx); err != nil {
+				return "", false, err
+			}
+			continue
+		}
+		if code < 0 {
+			return "", false, codeError(code)
+		}
+		msgs := s.readySignals(nil, id, strs(reply[3]))
+		if wake := i64(reply[4]); wake > 0 {
+			msgs = append(msgs, s.wakeSignal(id, wake))
+		}
+		s.publish(ctx, msgs)
+		return job.State(str(reply[1])), code == 1, nil
+	}
+}
+
+// Trigger fires a job now, outside its schedule: a recurring job gets an extra run, a
+// one-time job that has not fired yet fires now. It returns the new run's member, or a
+// *StateError when the job is paused, finished, or a one-time job already under way.
+func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err error) {
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return "", err
+	}
+	id := s.ShardOf(jobID)
+	reply, err := s.exec1(ctx, call{s.scripts.TriggerJob, []string{s.keys.Buckets(id)}, s.jobArgs(id, jobID)}).ToArray()
+	if err != nil {
+		return "", fmt.Errorf("trigger job %q: %w", jobID, err)
+	}
+	switch code := i64(reply[0]); {
+	case code < 0:
+		return "", codeError(code)
+	case code == 0:
+		return "", &StateError{Op: "trigger", JobID: jobID, State: str(reply[1])}
+	}
+	s.publish(ctx, s.readySignals(nil, id, []string{str(reply[3])}))
+	return str(reply[2]), nil
+}

@@ -1,0 +1,93 @@
+package shard
+
+import (
+	"strconv"
+	"strings"
+)
+
+// SchemaVersion is the version of the data layout; an incompatible change bumps it.
+const SchemaVersion = 1
+
+// Keys builds every Redis key and channel name of a namespace. It is the only place key
+// strings are built (the Lua scripts derive per-job keys from Prefix, as their headers
+// say). Shard keys look like `<ns>:v1:{<tag>}:<kind>[:<id>]`; the hash tag holds the
+// shard only, so all keys of a shard share one Cluster slot. Global keys have no tag and
+// are never touched by a shard script. Keys is immutable and safe for concurrent use.
+type Keys struct {
+	ns       string
+	prefixes []string // per shard `<ns>:v1:{<tag>}:`
+}
+
+// NewKeys returns the key builder of namespace ns for the given shard tags.
+func NewKeys(ns string, tags []string) *Keys {
+	k := &Keys{ns: ns, prefixes: make([]string, len(tags))}
+	for i, t := range tags {
+		k.prefixes[i] = ns + ":v" + strconv.Itoa(SchemaVersion) + ":{" + t + "}:"
+	}
+	return k
+}
+
+func (k *Keys) global() string { return k.ns + ":v" + strconv.Itoa(SchemaVersion) + ":" }
+
+// Prefix is the prefix of every key of shard id; scripts derive per-job keys from it.
+func (k *Keys) Prefix(id ID) string { return k.prefixes[id] }
+
+// Meta is the namespace record: shard count, bucket width, schema. // HASH
+func (k *Keys) Meta() string { return k.global() + "meta" }
+
+// Members lists live dispatchers; score = expiry ms. // ZSET
+func (k *Keys) Members() string { return k.global() + "members" }
+
+// Buckets indexes the shard's non-empty due buckets; score = bucket start ms. // ZSET
+func (k *Keys) Buckets(id ID) string { return k.prefixes[id] + "buckets" }
+
+// Due holds the runs due in one bucket; score = due ms. // ZSET
+func (k *Keys) Due(id ID, bucket int64) string {
+	return k.prefixes[id] + "due:" + strconv.FormatInt(bucket, 10)
+}
+
+// Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. // ZSET
+func (k *Keys) Ready(id ID, queue string) string { return k.prefixes[id] + "ready:" + queue }
+
+// Inflight holds claimed runs; score = visibility deadline ms. // ZSET
+func (k *Keys) Inflight(id ID) string { return k.prefixes[id] + "inflight" }
+
+// Dead is the dead-letter set; score = when the run died, ms. // ZSET
+func (k *Keys) Dead(id ID) string { return k.prefixes[id] + "dead" }
+
+// Lease holds `owner:epoch` of the dispatcher owning the shard, with a TTL. // STRING
+func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
+
+// Epoch is the shard's fencing counter; it never expires. // STRING
+func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
+
+// Job holds a job's definition and state. // HASH
+func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
+
+// Hist holds a job's recent runs, newest first. // LIST
+func (k *Keys) Hist(id ID, jobID string) string { return k.prefixes[id] + "hist:" + jobID }
+
+// Run holds one active run; member is `<jobID>:<due ms>`. // HASH
+func (k *Keys) Run(id ID, member string) string { return k.prefixes[id] + "run:" + member }
+
+// WakeChannel carries "<shard> <due ms>" when a run lands earlier than a shard's earliest.
+func (k *Keys) WakeChannel() string { return k.global() + "wake" }
+
+// ReadyChannel carries "<shard>" when a queue got ready runs on that shard.
+func (k *Keys) ReadyChannel(queue string) string { return k.global() + "ready:" + queue }
+
+// CancelChannel carries "<shard> <member>" when a running run is cancelled.
+func (k *Keys) CancelChannel() string { return k.global() + "cancel" }
+
+// RunMember is the member naming a run in the due, ready, inflight and dead sets.
+func RunMember(jobID string, due int64) string { return jobID + ":" + strconv.FormatInt(due, 10) }
+
+// SplitMember splits a run member into job id and due ms.
+func SplitMember(member string) (jobID string, due int64, ok bool) {
+	i := strings.LastIndexByte(member, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	due, err := strconv.ParseInt(member[i+1:], 10, 64)
+	return member[:i], due, err == nil
+}

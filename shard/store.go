@@ -1,0 +1,336 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/lua"
+)
+
+// Config configures a Store. The zero value is usable.
+type Config struct {
+	// Namespace prefixes every key and channel. Default "tock". 1 to 32 of
+	// [A-Za-z0-9._~-]; tests use a unique one each.
+	Namespace string
+	// Shards is the shard count. Default 64, 1 to 4096. Fixed when the namespace is
+	// initialised and recorded in Redis: Open refuses a different value.
+	Shards int
+	// BucketSize is the width of a due bucket. Default 1m. Fixed at initialisation too.
+	BucketSize time.Duration
+	// History is how many recent runs each job keeps. Default 20.
+	History int
+	// Retention is how long finished one-time jobs (completed or cancelled) are kept.
+	// Default 24h. Dead jobs stay until their dead-letter entry is removed.
+	Retention time.Duration
+	// MaxPayload bounds a job's payload in bytes. Default 1 MiB.
+	MaxPayload int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "tock"
+	}
+	if c.Shards == 0 {
+		c.Shards = DefaultShards
+	}
+	if c.BucketSize == 0 {
+		c.BucketSize = time.Minute
+	}
+	if c.History == 0 {
+		c.History = job.DefaultHistory
+	}
+	if c.Retention == 0 {
+		c.Retention = job.DefaultRetention
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = job.DefaultMaxPayload
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if err := job.ValidateID("namespace", c.Namespace, 32); err != nil {
+		return err
+	}
+	switch {
+	case c.Shards < 1 || c.Shards > MaxShards:
+		return fmt.Errorf("shards: must be 1 to %d, got %d", MaxShards, c.Shards)
+	case c.BucketSize < time.Second || c.BucketSize > 24*time.Hour:
+		return fmt.Errorf("bucket size: must be 1s to 24h, got %s", c.BucketSize)
+	case c.History < 1 || c.History > 1000:
+		return fmt.Errorf("history: must be 1 to 1000, got %d", c.History)
+	case c.Retention < time.Second:
+		return fmt.Errorf("retention: must be at least 1s, got %s", c.Retention)
+	case c.MaxPayload < 0:
+		return fmt.Errorf("max payload: must not be negative, got %d", c.MaxPayload)
+	}
+	return nil
+}
+
+// Store runs tock's scripts against one namespace in Redis (a server or a Cluster). It
+// is the typed face of the lua package: one method per operation, reply decoding, and
+// the signals (pub/sub) that follow state changes. A Store is safe for concurrent use
+// and holds no goroutines; the rueidis client is the caller's to close.
+type Store struct {
+	c        rueidis.Client
+	cfg      Config
+	keys     *Keys
+	scripts  *lua.Scripts
+	bucketMs int64
+
+	clockMu    sync.Mutex
+	offset     time.Duration // Redis TIME − local clock
+	measuredAt time.Time
+}
+
+// Open initialises the namespace if it is new (recording shard count, bucket width and
+// schema version) and returns a Store, or a *ConfigMismatchError when the namespace was
+// initialised with other settings.
+func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tags, err := Tags(cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	scripts, err := lua.Load()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{c: c, cfg: cfg, keys: NewKeys(cfg.Namespace, tags), scripts: scripts, bucketMs: cfg.BucketSize.Milliseconds()}
+	meta := s.keys.Meta()
+	want := map[string]string{
+		"shards": strconv.Itoa(cfg.Shards),
+		"bucket": strconv.FormatInt(s.bucketMs, 10),
+		"schema": strconv.Itoa(SchemaVersion),
+	}
+	cmds := rueidis.Commands{}
+	for _, f := range []string{"shards", "bucket", "schema"} {
+		cmds = append(cmds, c.B().Hsetnx().Key(meta).Field(f).Value(want[f]).Build())
+	}
+	cmds = append(cmds, c.B().Hmget().Key(meta).Field("shards", "bucket", "schema").Build())
+	res := c.DoMulti(ctx, cmds...)
+	for _, r := range res {
+		if err := r.Error(); err != nil {
+			return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
+		}
+	}
+	got, err := res[len(res)-1].AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
+	}
+	for i, f := range []string{"shards", "bucket", "schema"} {
+		if got[i] != want[f] {
+			return nil, &ConfigMismatchError{Namespace: cfg.Namespace, Setting: f, Stored: got[i], Given: want[f]}
+		}
+	}
+	if err := s.measureClock(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Shards returns the shard count.
+func (s *Store) Shards() int { return s.cfg.Shards }
+
+// Keys returns the key builder.
+func (s *Store) Keys() *Keys { return s.keys }
+
+// Config returns the effective configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+// Client returns the Redis client.
+func (s *Store) Client() rueidis.Client { return s.c }
+
+// ShardOf returns the shard of a job id.
+func (s *Store) ShardOf(jobID string) ID { return Of(jobID, s.cfg.Shards) }
+
+// measureClock estimates the offset between Redis TIME and the local clock.
+func (s *Store) measureClock(ctx context.Context) error {
+	before := time.Now()
+	t, err := s.c.Do(ctx, s.c.B().Time().Build()).AsStrSlice()
+	after := time.Now()
+	if err != nil || len(t) != 2 {
+		return fmt.Errorf("read redis time: %v", err)
+	}
+	sec, _ := strconv.ParseInt(t[0], 10, 64)
+	usec, _ := strconv.ParseInt(t[1], 10, 64)
+	server := time.Unix(sec, usec*1000)
+	local := before.Add(after.Sub(before) / 2)
+	s.clockMu.Lock()
+	s.offset = server.Sub(local)
+	s.measuredAt = after
+	s.clockMu.Unlock()
+	return nil
+}
+
+// ServerNow estimates Redis's clock: the local clock corrected by the offset measured
+// at most 30 s ago (measured again, one TIME round trip, when older).
+func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {
+	s.clockMu.Lock()
+	stale := time.Since(s.measuredAt) > 30*time.Second
+	s.clockMu.Unlock()
+	if stale {
+		if err := s.measureClock(ctx); err != nil {
+			return time.Time{}, err
+		}
+	}
+	s.clockMu.Lock()
+	defer s.clockMu.Unlock()
+	return time.Now().Add(s.offset), nil
+}
+
+// candidates lists occurrences of c around the estimated server time est, ascending, as
+// the comma-separated ms list the scripts take: the first one after the server's real
+// now is used, so an estimate a little off still picks the right occurrence.
+func candidates(c *job.Cron, est time.Time) (string, error) {
+	const margin = 2 * time.Second
+	var b []byte
+	t := est.Add(-margin)
+	for i := 0; i < 64; i++ {
+		t = c.Next(t)
+		if t.IsZero() {
+			break
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, t.UnixMilli(), 10)
+		if t.After(est.Add(margin)) {
+			return string(b), nil
+		}
+	}
+	if len(b) == 0 {
+		return "", fmt.Errorf("cron %q has no occurrence in the next 5 years", c.Expr())
+	}
+	return string(b), nil
+}
+
+// call is one script invocation.
+type call struct {
+	script *lua.Script
+	keys   []string
+	args   []string
+}
+
+// exec runs the calls in one pipeline with EVALSHA, runs again with EVAL those the server
+// did not know, and retries (bounded) those that met TRYAGAIN or CLUSTERDOWN during a
+// slot migration or failover: such a script did not run, so running it again is safe.
+func (s *Store) exec(ctx context.Context, calls ...call) []rueidis.RedisResult {
+	out := make([]rueidis.RedisResult, len(calls))
+	pending := make([]int, len(calls))
+	for i := range calls {
+		pending[i] = i
+	}
+	useEval := make([]bool, len(calls))
+	for attempt := 0; len(pending) > 0; attempt++ {
+		cmds := make(rueidis.Commands, len(pending))
+		for k, i := range pending {
+			c := calls[i]
+			if useEval[i] {
+				cmds[k] = s.c.B().Eval().Script(c.script.Src).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+			} else {
+				cmds[k] = s.c.B().Evalsha().Sha1(c.script.SHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+			}
+		}
+		res := s.c.DoMulti(ctx, cmds...)
+		var again []int
+		for k, i := range pending {
+			out[i] = res[k]
+			re, ok := rueidis.IsRedisErr(res[k].Error())
+			switch {
+			case !ok:
+			case re.IsNoScript() && !useEval[i]:
+				useEval[i] = true
+				again = append(again, i)
+			case (re.IsTryAgain() || re.IsClusterDown()) && attempt < 20:
+				again = append(again, i)
+			}
+		}
+		pending = again
+		if len(pending) > 0 && attempt > 0 {
+			select {
+			case <-ctx.Done():
+				for _, i := range pending {
+					out[i] = rueidis.NewErrorResult(ctx.Err())
+				}
+				return out
+			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+			}
+		}
+	}
+	return out
+}
+
+// exec1 runs one call.
+func (s *Store) exec1(ctx context.Context, c call) rueidis.RedisResult {
+	return s.exec(ctx, c)[0]
+}
+
+// publish sends best-effort signals in one pipeline. Errors are dropped on purpose:
+// pub/sub may lose messages anyway, and the dispatchers' and workers' sweeps recover.
+func (s *Store) publish(ctx context.Context, msgs [][2]string) {
+	if len(msgs) == 0 {
+		return
+	}
+	cmds := make(rueidis.Commands, len(msgs))
+	for i, m := range msgs {
+		cmds[i] = s.c.B().Publish().Channel(m[0]).Message(m[1]).Build()
+	}
+	s.c.DoMulti(ctx, cmds...)
+}
+
+func (s *Store) readySignals(msgs [][2]string, id ID, queues []string) [][2]string {
+	for _, q := range queues {
+		msgs = append(msgs, [2]string{s.keys.ReadyChannel(q), strconv.Itoa(int(id))})
+	}
+	return msgs
+}
+
+func (s *Store) wakeSignal(id ID, due int64) [2]string {
+	return [2]string{s.keys.WakeChannel(), strconv.Itoa(int(id)) + " " + strconv.FormatInt(due, 10)}
+}
+
+// Reply decoding helpers.
+
+func arr(m rueidis.RedisMessage) []rueidis.RedisMessage {
+	a, _ := m.ToArray()
+	return a
+}
+
+func i64(m rueidis.RedisMessage) int64 {
+	if v, err := m.AsInt64(); err == nil {
+		return v
+	}
+	if s, err := m.ToString(); err == nil {
+		if f, err := strconv.ParseFloat(s, 64); err == nil {
+			return int64(f)
+		}
+	}
+	return 0
+}
+
+func str(m rueidis.RedisMessage) string {
+	s, _ := m.ToString()
+	return s
+}
+
+func strs(m rueidis.RedisMessage) []string {
+	s, _ := m.AsStrSlice()
+	return s
+}
+
+func ms(t int64) time.Time {
+	if t <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(t)
+}

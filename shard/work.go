@@ -1,0 +1,138 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Claimed is a run handed to a worker.
+type Claimed struct {
+	Shard       ID
+	Member      string // `<jobID>:<due ms>`; stable across attempts: the run id
+	JobID       string
+	Due         time.Time
+	Token       string // proves the claim; ack and fail need it
+	Attempt     int    // 1-based
+	MaxAttempts int
+	Type        string
+	Payload     []byte
+	Timeout     time.Duration
+	Visibility  time.Duration
+	ClaimedAt   time.Time // Redis time of the claim
+}
+
+// Claim pops up to n ready runs of queue from a shard for worker (nonce is random per
+// worker process and goes into each token).
+func (s *Store) Claim(ctx context.Context, id ID, queue string, n int, worker, nonce string) ([]Claimed, error) {
+	reply, err := s.exec1(ctx, call{s.scripts.ClaimRuns, []string{s.keys.Ready(id, queue), s.keys.Inflight(id)},
+		[]string{s.keys.Prefix(id), strconv.Itoa(n), worker, nonce}}).ToArray()
+	if err != nil || len(reply) != 2 {
+		return nil, fmt.Errorf("claim from shard %d queue %q: %v", id, queue, err)
+	}
+	now := ms(i64(reply[0]))
+	raw := arr(reply[1])
+	out := make([]Claimed, 0, len(raw)/8)
+	for k := 0; k+7 < len(raw); k += 8 {
+		c := Claimed{
+			Shard: id, Member: str(raw[k]), Token: str(raw[k+1]), Attempt: int(i64(raw[k+2])),
+			Type: str(raw[k+3]), Payload: []byte(str(raw[k+4])),
+			Timeout:     time.Duration(i64(raw[k+5])) * time.Millisecond,
+			Visibility:  time.Duration(i64(raw[k+6])) * time.Millisecond,
+			MaxAttempts: int(i64(raw[k+7])), ClaimedAt: now,
+		}
+		var due int64
+		c.JobID, due, _ = SplitMember(c.Member)
+		c.Due = ms(due)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Held names a run a worker holds.
+type Held struct {
+	Member string
+	Token  string
+}
+
+// Extend results, per run.
+const (
+	ExtendOK        = 1  // deadline pushed
+	ExtendCancelled = 0  // the job was cancelled: stop the handler
+	ExtendLost      = -2 // not held any more (redelivered or finished)
+)
+
+// Extend pushes the visibility deadlines of runs held on one shard and reports, per
+// run, ExtendOK, ExtendCancelled or ExtendLost.
+func (s *Store) Extend(ctx context.Context, id ID, held []Held) ([]int, error) {
+	args := make([]string, 0, 2+2*len(held))
+	args = append(args, s.keys.Prefix(id), strconv.Itoa(len(held)))
+	for _, h := range held {
+		args = append(args, h.Member, h.Token)
+	}
+	reply, err := s.exec1(ctx, call{s.scripts.ExtendRuns, []string{s.keys.Inflight(id)}, args}).ToArray()
+	if err != nil || len(reply) != len(held) {
+		return nil, fmt.Errorf("extend runs on shard %d: %v", id, err)
+	}
+	out := make([]int, len(reply))
+	for i, r := range reply {
+		out[i] = int(i64(r))
+	}
+	return out, nil
+}
+
+// Outcome of an attempt, as a worker reports it.
+type Outcome string
+
+// Attempt outcomes.
+const (
+	Succeeded Outcome = "ok"       // done
+	Failed    Outcome = "error"    // retry by the job's policy, or dead after the last attempt
+	Cancelled Outcome = "cancel"   // do not retry
+	Snoozed   Outcome = "snooze"   // retry after Delay without using an attempt
+	HandBack  Outcome = "handback" // ready again at once without using an attempt
+)
+
+// MaxErrorLen bounds the error text stored per run.
+const MaxErrorLen = 2048
+
+// Finish is the end of one attempt.
+type Finish struct {
+	Member  string
+	Token   string
+	Outcome Outcome
+	Error   string        // for Failed and Cancelled
+	Delay   time.Duration // for Snoozed
+}
+
+// FinishRuns records the ends of attempts of runs of one shard in one call and returns
+// per run nil or ErrTokenMismatch (the run was redelivered or finished meanwhile: the
+// late report is rejected). The error is a Redis error for the whole call.
+func (s *Store) FinishRuns(ctx context.Context, id ID, fs []Finish) ([]error, error) {
+	rest := make([]string, 0, 1+5*len(fs))
+	rest = append(rest, strconv.Itoa(len(fs)))
+	for _, f := range fs {
+		msg := f.Error
+		if len(msg) > MaxErrorLen {
+			msg = strings.ToValidUTF8(msg[:MaxErrorLen], "")
+		}
+		rest = append(rest, f.Member, f.Token, string(f.Outcome), msg, strconv.FormatInt(f.Delay.Milliseconds(), 10))
+	}
+	reply, err := s.exec1(ctx, s.finishCall(id, "worker", "", rest)).ToArray()
+	if err != nil || len(reply) != 2 {
+		return nil, fmt.Errorf("finish runs on shard %d: %v", id, err)
+	}
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[1])))
+	codes := arr(reply[0])
+	out := make([]error, len(fs))
+	for i := range out {
+		if i >= len(codes) {
+			out[i] = fmt.Errorf("finish runs on shard %d: short reply", id)
+		} else if c := i64(codes[i]); c < 0 {
+			out[i] = codeError(c)
+		}
+	}
+	return out, nil
+}
