@@ -41,6 +41,7 @@ type Cron struct {
 	hour     uint64 // bits 0-23
 	dom      uint64 // bits 1-31
 	month    uint64 // bits 1-12
+	dow      uint64 // bits 0-6, 0 is Sunday
 	// dowDays[w] holds the days of month (bits 1-31) whose weekday is in the day-of-week
 	// field, for a month whose first day is weekday w.
 	dowDays [7]uint64
@@ -154,14 +155,13 @@ func (c *Cron) parse(expr string) error {
 	if c.month, _, err = cronMonth.parse(fields[4]); err != nil {
 		return err
 	}
-	var dow uint64
-	if dow, c.dowStar, err = cronDow.parse(fields[5]); err != nil {
+	if c.dow, c.dowStar, err = cronDow.parse(fields[5]); err != nil {
 		return err
 	}
 	c.wildHour = strings.HasPrefix(fields[2], "*")
 	for first := range 7 {
 		for d := 1; d <= 31; d++ {
-			if dow&(1<<((first+d-1)%7)) != 0 {
+			if c.dow&(1<<((first+d-1)%7)) != 0 {
 				c.dowDays[first] |= 1 << d
 			}
 		}
@@ -327,6 +327,13 @@ func (c *Cron) periodAt(u int64) cronPeriod {
 	if !end.IsZero() {
 		p.end = end.Unix()
 	}
+	if p.end <= u {
+		// Past the zone's last listed transition, the time package computes bounds per
+		// UTC year from the zone's rule, and in a leap year the bounds it reports for
+		// December 31 end before that day. The offset holds until the next UTC year.
+		p.end = time.Date(time.Unix(u, 0).UTC().Year()+1, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	}
+	p.start = min(p.start, u)
 	return p
 }
 
@@ -403,7 +410,7 @@ func (c *Cron) nextWall(w, maxW int64) (int64, bool) {
 			if n := cronNextBit(c.month, mo); n >= 0 {
 				mo = n
 			} else {
-				year, mo = year+1, 1
+				year, mo, d, h, mi, s = year+1, 1, 1, 0, 0, 0
 				continue
 			}
 			d, h, mi, s = 1, 0, 0, 0

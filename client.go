@@ -1,0 +1,133 @@
+// Package tock is the Go producer API of tock, a Redis-native sharded job scheduler:
+// a Client creates, inspects and manages jobs directly against Redis. Jobs are fired by
+// dispatchers (package dispatcher) and run by workers (package worker).
+//
+//	c, err := tock.Connect(ctx, tock.Options{Addrs: []string{"127.0.0.1:6379"}})
+//	res, err := c.Create(ctx, &job.Job{Type: "email", Payload: body,
+//		Schedule: job.Schedule{Cron: "0 9 * * MON-FRI", TimeZone: "Europe/London"}})
+package tock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// Re-exported errors of the store, for errors.Is.
+var (
+	ErrNotFound = shard.ErrNotFound
+)
+
+// Options configures Connect.
+type Options struct {
+	// Addrs are Redis addresses: one server, or seed nodes of a Cluster (the topology is
+	// discovered from any of them). Required.
+	Addrs []string
+	// Password for Redis AUTH, if any.
+	Password string
+	// Store configures the namespace (shard count, history, retention...).
+	Store shard.Config
+}
+
+// Connect opens a Redis client for opts.Addrs and a Client on it. Close releases both.
+func Connect(ctx context.Context, opts Options) (*Client, error) {
+	if len(opts.Addrs) == 0 {
+		return nil, errors.New("tock: Options.Addrs: at least one Redis address is required")
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  opts.Addrs,
+		Password:     opts.Password,
+		DisableCache: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tock: connect to redis %v: %w", opts.Addrs, err)
+	}
+	c, err := New(ctx, rc, opts.Store)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	c.owned = true
+	return c, nil
+}
+
+// Client creates and manages jobs. It is safe for concurrent use.
+type Client struct {
+	store *shard.Store
+	owned bool
+}
+
+// New returns a Client on an existing Redis client (which stays the caller's to close).
+// It initialises the namespace if needed and fails when the namespace was initialised
+// with another shard count (*shard.ConfigMismatchError).
+func New(ctx context.Context, rc rueidis.Client, cfg shard.Config) (*Client, error) {
+	s, err := shard.Open(ctx, rc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{store: s}, nil
+}
+
+// Store returns the underlying store, to build dispatchers and workers on.
+func (c *Client) Store() *shard.Store { return c.store }
+
+// Close closes the Redis client if Connect opened it.
+func (c *Client) Close() {
+	if c.owned {
+		c.store.Client().Close()
+	}
+}
+
+// Create stores a job and files its first run. j is normalised in place (defaults, a
+// generated id). A job whose id exists is not stored again: the result describes the
+// existing job with Created false (and Conflict true if its definition differs). An
+// invalid job returns a *job.FieldError naming the field.
+func (c *Client) Create(ctx context.Context, j *job.Job) (shard.CreateResult, error) {
+	res, err := c.store.Create(ctx, []*job.Job{j})
+	if err != nil {
+		return res[0], err
+	}
+	return res[0], res[0].Err
+}
+
+// CreateMany stores many jobs in one pipeline (grouped by shard). Results are in the
+// order of jobs, each with its own Err; the error is the first Redis error.
+func (c *Client) CreateMany(ctx context.Context, jobs []*job.Job) ([]shard.CreateResult, error) {
+	return c.store.Create(ctx, jobs)
+}
+
+// Get returns a job and its state, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*shard.Info, error) {
+	return c.store.Get(ctx, id)
+}
+
+// Runs returns the job's recent runs, newest first.
+func (c *Client) Runs(ctx context.Context, id string) ([]job.Run, error) {
+	return c.store.Runs(ctx, id)
+}
+
+// Cancel cancels a job; a running run's handler context is cancelled. Cancelling a job
+// that already ended changes nothing (changed false).
+func (c *Client) Cancel(ctx context.Context, id string) (state job.State, changed bool, err error) {
+	return c.store.Cancel(ctx, id)
+}
+
+// Pause stops a job from starting runs until Resume.
+func (c *Client) Pause(ctx context.Context, id string) (state job.State, changed bool, err error) {
+	return c.store.Pause(ctx, id)
+}
+
+// Resume undoes Pause.
+func (c *Client) Resume(ctx context.Context, id string) (state job.State, changed bool, err error) {
+	return c.store.Resume(ctx, id)
+}
+
+// Trigger fires a job now, outside its schedule, and returns the new run's id.
+func (c *Client) Trigger(ctx context.Context, id string) (runID string, err error) {
+	return c.store.Trigger(ctx, id)
+}

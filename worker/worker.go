@@ -1,0 +1,660 @@
+// Package worker is tock's Go worker SDK: register handlers by job type, choose queues,
+// concurrency and prefetch, then Start. A Worker claims runs in batches from the shards
+// that have work (woken by signals, with a slow sweep over all shards as a safety net),
+// runs each handler with a context that carries the run's timeout and is cancelled when
+// the job is cancelled or the worker stops, heartbeats long runs, and acks or fails each
+// run. Stop stops claiming, lets running handlers finish until its ctx ends, and hands
+// back the rest without using an attempt.
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tockhq/tock/internal/limit"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// Run is one attempt of a run, as a handler sees it.
+type Run struct {
+	// ID identifies the run across attempts (`<jobID>:<due ms>`): use it as the
+	// idempotency key of the handler's side effects.
+	ID          string
+	JobID       string
+	Queue       string
+	Type        string
+	Payload     []byte
+	Due         time.Time // when the run was due
+	Attempt     int       // 1-based
+	MaxAttempts int
+	Shard       shard.ID
+	ClaimedAt   time.Time // Redis time of the claim
+}
+
+// Handler runs jobs of one type. Work's ctx ends at the job's timeout, when the job is
+// cancelled, or when the worker stops. A nil error acks the run; other errors fail the
+// attempt and are retried by the job's policy, except those made by Cancel and Snooze.
+type Handler interface {
+	Work(ctx context.Context, r *Run) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, r *Run) error
+
+// Work calls f.
+func (f HandlerFunc) Work(ctx context.Context, r *Run) error { return f(ctx, r) }
+
+type cancelError struct{ err error }
+
+func (e *cancelError) Error() string { return "cancel: " + e.err.Error() }
+func (e *cancelError) Unwrap() error { return e.err }
+
+// Cancel wraps err so that the run is not retried: it ends cancelled (a one-time job
+// ends in state cancelled).
+func Cancel(err error) error {
+	if err == nil {
+		err = errors.New("cancelled by handler")
+	}
+	return &cancelError{err}
+}
+
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return "snooze " + e.d.String() }
+
+// Snooze asks for the run to be tried again after d without using up an attempt.
+func Snooze(d time.Duration) error { return &snoozeError{max(d, 0)} }
+
+// Outcome is how an attempt ended, as ObserveFunc sees it.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeSucceeded  Outcome = "succeeded"
+	OutcomeFailed     Outcome = "failed"
+	OutcomeCancelled  Outcome = "cancelled"
+	OutcomeSnoozed    Outcome = "snoozed"
+	OutcomeHandedBack Outcome = "handed_back"
+)
+
+// Result describes one finished attempt, for Config.ObserveFunc.
+type Result struct {
+	Run      *Run
+	Started  time.Time // local clock
+	Finished time.Time // local clock
+	Outcome  Outcome
+	Err      error // the handler's error
+	// Rejected is set when Redis refused the report: the run had been redelivered
+	// after its visibility deadline, so this attempt's outcome does not count.
+	Rejected bool
+}
+
+// Config configures a Worker.
+type Config struct {
+	// Store is the namespace to work on. Required.
+	Store *shard.Store
+	// Queues to claim from. Default ["default"].
+	Queues []string
+	// Concurrency is how many handlers run at once. Default 10.
+	Concurrency int
+	// Prefetch is how many claimed runs may wait for a free handler slot. Default 0.
+	// Waiting runs are heartbeated like running ones.
+	Prefetch int
+	// ID names the worker in run history. Default: host name plus a random suffix.
+	ID string
+	// Sweep is the interval of the safety-net sweep that claims from every shard in
+	// case a signal was lost. Default 2s.
+	Sweep time.Duration
+	// ObserveFunc, if set, is called after each attempt (from the handler goroutine).
+	ObserveFunc func(Result)
+	// Logger receives errors (rate-limited). Nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Queues) == 0 {
+		c.Queues = []string{job.DefaultQueue}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 10
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = host + "-" + randHex(4)
+	}
+	if c.Sweep == 0 {
+		c.Sweep = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("worker: Store is required")
+	case c.Concurrency < 1 || c.Concurrency > 100000:
+		return fmt.Errorf("worker: Concurrency must be 1 to 100000, got %d", c.Concurrency)
+	case c.Prefetch < 0:
+		return fmt.Errorf("worker: Prefetch must not be negative, got %d", c.Prefetch)
+	case c.Sweep < 10*time.Millisecond:
+		return fmt.Errorf("worker: Sweep must be at least 10ms, got %s", c.Sweep)
+	}
+	for _, q := range c.Queues {
+		if err := job.ValidateID("worker: queue", q, job.MaxQueueLen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Worker claims and runs jobs. Register handlers before Start; its methods are safe for
+// concurrent use.
+type Worker struct {
+	cfg    Config
+	store  *shard.Store
+	logger *slog.Logger
+	nonce  string
+
+	mu       sync.Mutex
+	handlers map[string]Handler
+	held     map[string]*active // by run member
+	hot      map[source]bool
+	started  bool
+	stopping bool
+
+	claimWake  chan struct{}      // work may be available or slots freed
+	runs       chan *active       // claimed, waiting for a handler slot
+	baseCtx    context.Context    // parent of handler contexts and outcome reports; never cancelled
+	cancel     context.CancelFunc // stops claiming and listening
+	stopHB     context.CancelFunc // stops heartbeats, once no run is held
+	stopped    chan struct{}      // closed when Stop has finished
+	loops      sync.WaitGroup     // claim, listen
+	hb         sync.WaitGroup     // heartbeat
+	handlersWG sync.WaitGroup     // executor goroutines
+}
+
+type source struct {
+	queue string
+	shard shard.ID
+}
+
+type active struct {
+	c        shard.Claimed
+	queue    string
+	cancel   context.CancelCauseFunc // set once the handler starts
+	extended time.Time               // last heartbeat (local)
+	started  bool
+}
+
+var (
+	errJobCancelled = errors.New("job cancelled")
+	errShutdown     = errors.New("worker shutting down")
+)
+
+// New returns a Worker; register handlers with Handle, then Start it.
+func New(cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg: cfg, store: cfg.Store, nonce: randHex(6),
+		logger:   cfg.Logger.With("component", "worker", "worker", cfg.ID),
+		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]bool{},
+		claimWake: make(chan struct{}, 1),
+		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch),
+	}, nil
+}
+
+// Handle registers h for jobs of type typ. It panics when typ is empty, already
+// registered, or the worker has started: those are programming errors.
+func (w *Worker) Handle(typ string, h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case typ == "":
+		panic("worker: Handle with an empty type")
+	case w.handlers[typ] != nil:
+		panic("worker: a handler for type " + strconv.Quote(typ) + " is already registered")
+	case w.started:
+		panic("worker: Handle after Start")
+	}
+	w.handlers[typ] = h
+}
+
+// HandleFunc registers fn for jobs of type typ, as Handle does.
+func (w *Worker) HandleFunc(typ string, fn func(ctx context.Context, r *Run) error) {
+	w.Handle(typ, HandlerFunc(fn))
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start starts claiming. It returns at once. Cancelling ctx stops the worker without
+// a grace period (running handlers are cancelled and their runs handed back).
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("worker: already started")
+	}
+	if len(w.handlers) == 0 {
+		return errors.New("worker: no handlers registered")
+	}
+	w.started = true
+	loopCtx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	w.baseCtx = context.WithoutCancel(ctx)
+	hbCtx, stopHB := context.WithCancel(w.baseCtx)
+	w.stopHB = stopHB
+	w.stopped = make(chan struct{})
+	w.markAllHot()
+	for range w.cfg.Concurrency {
+		w.handlersWG.Add(1)
+		go func() {
+			defer w.handlersWG.Done()
+			w.execute()
+		}()
+	}
+	w.loops.Add(2)
+	go func() { defer w.loops.Done(); w.claimLoop(loopCtx) }()
+	go func() { defer w.loops.Done(); w.listen(loopCtx) }()
+	w.hb.Add(1)
+	go func() { defer w.hb.Done(); w.heartbeat(hbCtx) }()
+	w.loops.Add(1)
+	go func() {
+		defer w.loops.Done()
+		<-loopCtx.Done()
+		if ctx.Err() != nil {
+			go func() {
+				sctx, cancel := context.WithCancel(w.baseCtx)
+				cancel() // no grace: cancel handlers at once
+				_ = w.Stop(sctx)
+			}()
+		}
+	}()
+	return nil
+}
+
+func (w *Worker) markAllHot() {
+	for _, q := range w.cfg.Queues {
+		for i := 0; i < w.store.Shards(); i++ {
+			w.hot[source{q, shard.ID(i)}] = true
+		}
+	}
+}
+
+func (w *Worker) poke() {
+	select {
+	case w.claimWake <- struct{}{}:
+	default:
+	}
+}
+
+// claimLoop claims from hot sources while there are free slots.
+func (w *Worker) claimLoop(ctx context.Context) {
+	sweep := time.NewTicker(w.cfg.Sweep)
+	defer sweep.Stop()
+	errs := limit.NewEvery(10 * time.Second)
+	capacity := w.cfg.Concurrency + w.cfg.Prefetch
+	var order []source
+	for {
+		w.mu.Lock()
+		free := capacity - len(w.held)
+		var src source
+		found := false
+		if free > 0 {
+			// Round-robin over hot sources so no shard starves.
+			if len(order) == 0 {
+				for s := range w.hot {
+					order = append(order, s)
+				}
+			}
+			for len(order) > 0 && !found {
+				src, order = order[0], order[1:]
+				found = w.hot[src]
+			}
+		}
+		w.mu.Unlock()
+		if found {
+			claimed, err := w.store.Claim(ctx, src.shard, src.queue, free, w.cfg.ID, w.nonce)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if errs.Allow() {
+					w.logger.ErrorContext(ctx, "claim", "shard", int(src.shard), "queue", src.queue, "error", err)
+				}
+				continue
+			}
+			w.mu.Lock()
+			if len(claimed) < free {
+				delete(w.hot, src)
+			}
+			for i := range claimed {
+				a := &active{c: claimed[i], queue: src.queue, extended: time.Now()}
+				w.held[a.c.Member] = a
+				w.runs <- a // never blocks: held ≤ capacity = cap(runs)
+			}
+			w.mu.Unlock()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.claimWake:
+		case <-sweep.C:
+			w.mu.Lock()
+			w.markAllHot()
+			w.mu.Unlock()
+			order = nil
+		}
+	}
+}
+
+// listen turns ready and cancel signals into hot sources and cancelled handlers.
+func (w *Worker) listen(ctx context.Context) {
+	keys := w.store.Keys()
+	channels := []string{keys.CancelChannel()}
+	queueOf := map[string]string{}
+	for _, q := range w.cfg.Queues {
+		ch := keys.ReadyChannel(q)
+		channels = append(channels, ch)
+		queueOf[ch] = q
+	}
+	errs := limit.NewEvery(10 * time.Second)
+	for ctx.Err() == nil {
+		err := w.store.Subscribe(ctx, channels, func(ch, msg string) {
+			if q, ok := queueOf[ch]; ok {
+				id, err := strconv.Atoi(msg)
+				if err != nil || id < 0 || id >= w.store.Shards() {
+					return
+				}
+				w.mu.Lock()
+				w.hot[source{q, shard.ID(id)}] = true
+				w.mu.Unlock()
+				w.poke()
+				return
+			}
+			_, member, ok := strings.Cut(msg, " ")
+			if !ok {
+				return
+			}
+			w.mu.Lock()
+			a := w.held[member]
+			w.mu.Unlock()
+			if a != nil {
+				w.cancelRun(a, errJobCancelled)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && errs.Allow() {
+			w.logger.WarnContext(ctx, "signal subscription", "error", err)
+		}
+		// Signals may have been missed while disconnected: sweep.
+		w.mu.Lock()
+		w.markAllHot()
+		w.mu.Unlock()
+		w.poke()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (w *Worker) cancelRun(a *active, cause error) {
+	w.mu.Lock()
+	cancel := a.cancel
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// heartbeat extends the deadlines of held runs at a third of their visibility timeout.
+func (w *Worker) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	errs := limit.NewEvery(10 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := w.extendDue(ctx); err != nil && ctx.Err() == nil && errs.Allow() {
+			w.logger.ErrorContext(ctx, "heartbeat", "error", err)
+		}
+	}
+}
+
+// extendDue heartbeats the held runs whose last heartbeat is older than a third of their
+// visibility timeout, one call per shard.
+func (w *Worker) extendDue(ctx context.Context) error {
+	now := time.Now()
+	byShard := map[shard.ID][]*active{}
+	w.mu.Lock()
+	for _, a := range w.held {
+		if now.Sub(a.extended) >= a.c.Visibility/3 {
+			byShard[a.c.Shard] = append(byShard[a.c.Shard], a)
+		}
+	}
+	w.mu.Unlock()
+	var firstErr error
+	for id, as := range byShard {
+		held := make([]shard.Held, len(as))
+		for i, a := range as {
+			held[i] = shard.Held{Member: a.c.Member, Token: a.c.Token}
+		}
+		res, err := w.store.Extend(ctx, id, held)
+		if err != nil {
+			firstErr = err
+			continue
+		}
+		for i, r := range res {
+			a := as[i]
+			w.mu.Lock()
+			a.extended = now
+			w.mu.Unlock()
+			switch r {
+			case shard.ExtendCancelled:
+				w.cancelRun(a, errJobCancelled)
+			case shard.ExtendLost:
+				w.cancelRun(a, shard.ErrTokenMismatch)
+			}
+		}
+	}
+	return firstErr
+}
+
+// execute runs handlers for claimed runs until the runs channel closes.
+func (w *Worker) execute() {
+	for a := range w.runs {
+		w.mu.Lock()
+		stopping := w.stopping
+		w.mu.Unlock()
+		if stopping {
+			// Claimed but never started: hand back without using an attempt.
+			w.finish(a, nil, shard.Finish{Outcome: shard.HandBack}, time.Now(), nil)
+			continue
+		}
+		w.work(a)
+	}
+}
+
+func (w *Worker) work(a *active) {
+	r := &Run{
+		ID: a.c.Member, JobID: a.c.JobID, Queue: a.queue, Type: a.c.Type, Payload: a.c.Payload,
+		Due: a.c.Due, Attempt: a.c.Attempt, MaxAttempts: a.c.MaxAttempts, Shard: a.c.Shard,
+		ClaimedAt: a.c.ClaimedAt,
+	}
+	ctx, cancel := context.WithCancelCause(w.baseCtx)
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, a.c.Timeout, fmt.Errorf("job timeout of %s exceeded", a.c.Timeout))
+	w.mu.Lock()
+	a.cancel, a.started = cancel, true
+	w.mu.Unlock()
+	started := time.Now()
+	err := w.call(ctx, r)
+	cause := context.Cause(ctx)
+	cancelTimeout()
+	cancel(nil)
+
+	f := shard.Finish{Member: a.c.Member, Token: a.c.Token}
+	var ce *cancelError
+	var se *snoozeError
+	switch {
+	case errors.Is(cause, errShutdown):
+		f.Outcome = shard.HandBack
+	case errors.Is(cause, shard.ErrTokenMismatch):
+		// Lost the run to another worker; nothing to report (it would be rejected).
+		w.done(a)
+		w.observe(Result{Run: r, Started: started, Finished: time.Now(), Outcome: OutcomeFailed, Err: err, Rejected: true})
+		return
+	case err == nil:
+		f.Outcome = shard.Succeeded
+	case errors.Is(cause, errJobCancelled) || errors.As(err, &ce):
+		f.Outcome, f.Error = shard.Cancelled, err.Error()
+	case errors.As(err, &se):
+		f.Outcome, f.Delay = shard.Snoozed, se.d
+	default:
+		f.Outcome, f.Error = shard.Failed, err.Error()
+		if cause != nil && ctx.Err() != nil && !errors.Is(err, cause) {
+			f.Error = cause.Error() + ": " + err.Error()
+		}
+	}
+	w.finish(a, r, f, started, err)
+}
+
+// call runs the handler, turning a panic into an error.
+func (w *Worker) call(ctx context.Context, r *Run) (err error) {
+	w.mu.Lock()
+	h := w.handlers[r.Type]
+	w.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("no handler registered for job type %q on worker %s", r.Type, w.cfg.ID)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			stack := string(debug.Stack())
+			if len(stack) > 1500 {
+				stack = stack[:1500]
+			}
+			err = fmt.Errorf("handler panicked: %v\n%s", p, stack)
+		}
+	}()
+	return h.Work(ctx, r)
+}
+
+// finish reports the attempt, retrying a failed report a few times (until then the run
+// stays held and heartbeated; if all tries fail, the run is redelivered after its
+// deadline: at least once).
+func (w *Worker) finish(a *active, r *Run, f shard.Finish, started time.Time, herr error) {
+	f.Member, f.Token = a.c.Member, a.c.Token
+	rejected := false
+	ctx := w.baseCtx
+	for try := 0; ; try++ {
+		res, err := w.store.FinishRuns(ctx, a.c.Shard, []shard.Finish{f})
+		if err == nil {
+			rejected = res[0] != nil
+			break
+		}
+		if try == 4 {
+			w.logger.Error("report run outcome", "run", a.c.Member, "error", err)
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+	}
+	w.done(a)
+	if r != nil {
+		out := map[shard.Outcome]Outcome{
+			shard.Succeeded: OutcomeSucceeded, shard.Failed: OutcomeFailed, shard.Cancelled: OutcomeCancelled,
+			shard.Snoozed: OutcomeSnoozed, shard.HandBack: OutcomeHandedBack,
+		}[f.Outcome]
+		w.observe(Result{Run: r, Started: started, Finished: time.Now(), Outcome: out, Err: herr, Rejected: rejected})
+	}
+}
+
+func (w *Worker) done(a *active) {
+	w.mu.Lock()
+	delete(w.held, a.c.Member)
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *Worker) observe(res Result) {
+	if w.cfg.ObserveFunc != nil {
+		w.cfg.ObserveFunc(res)
+	}
+}
+
+// Stop stops claiming, hands back claimed runs that have not started, and waits for
+// running handlers until ctx ends; then it cancels their contexts and hands their runs
+// back without using an attempt. It returns ctx.Err() when it had to cancel handlers.
+// Stop is safe to call twice or without Start.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	first := !w.stopping
+	w.stopping = true
+	w.mu.Unlock()
+	if first {
+		w.cancel()
+		w.loops.Wait() // no more claims
+		close(w.runs)
+	}
+	done := make(chan struct{})
+	go func() {
+		w.handlersWG.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Out of time: cancel running handlers; their runs are handed back.
+		w.mu.Lock()
+		for _, a := range w.held {
+			if a.cancel != nil {
+				a.cancel(errShutdown)
+			}
+		}
+		w.mu.Unlock()
+		<-done
+		err = ctx.Err()
+	}
+	if first {
+		w.stopHB()
+		w.hb.Wait()
+		close(w.stopped)
+	} else {
+		<-w.stopped
+	}
+	return err
+}
