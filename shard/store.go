@@ -30,6 +30,10 @@ type Config struct {
 	Retention time.Duration
 	// MaxPayload bounds a job's payload in bytes. Default 1 MiB.
 	MaxPayload int
+	// Clock is the local clock. Default time.Now. Tock's firing never depends on it (the
+	// scripts use Redis TIME); it only seeds estimates of Redis's clock, corrected by a
+	// measured offset. Tests set a skewed one.
+	Clock func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +54,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPayload == 0 {
 		c.MaxPayload = job.DefaultMaxPayload
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return c
 }
@@ -155,9 +162,9 @@ func (s *Store) ShardOf(jobID string) ID { return Of(jobID, s.cfg.Shards) }
 
 // measureClock estimates the offset between Redis TIME and the local clock.
 func (s *Store) measureClock(ctx context.Context) error {
-	before := time.Now()
+	before := s.cfg.Clock()
 	t, err := s.c.Do(ctx, s.c.B().Time().Build()).AsStrSlice()
-	after := time.Now()
+	after := s.cfg.Clock()
 	if err != nil || len(t) != 2 {
 		return fmt.Errorf("read redis time: %v", err)
 	}
@@ -176,7 +183,7 @@ func (s *Store) measureClock(ctx context.Context) error {
 // at most 30 s ago (measured again, one TIME round trip, when older).
 func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {
 	s.clockMu.Lock()
-	stale := time.Since(s.measuredAt) > 30*time.Second
+	stale := s.cfg.Clock().Sub(s.measuredAt) > 30*time.Second
 	s.clockMu.Unlock()
 	if stale {
 		if err := s.measureClock(ctx); err != nil {
@@ -185,7 +192,7 @@ func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {
 	}
 	s.clockMu.Lock()
 	defer s.clockMu.Unlock()
-	return time.Now().Add(s.offset), nil
+	return s.cfg.Clock().Add(s.offset), nil
 }
 
 // candidates lists occurrences of c around the estimated server time est, ascending, as
