@@ -29,16 +29,16 @@ var includeRE = regexp.MustCompile(`(?m)^--- @include "([a-z_]+)"\s*$`)
 
 // Source returns the source of script name (without ".lua") with its includes expanded.
 func Source(name string) (string, error) {
-	return expand(name+".lua", nil)
+	return expand(files, name+".lua", nil)
 }
 
-func expand(path string, stack []string) (string, error) {
+func expand(fsys fs.FS, path string, stack []string) (string, error) {
 	for _, s := range stack {
 		if s == path {
 			return "", fmt.Errorf("lua: circular include %s -> %s", strings.Join(stack, " -> "), path)
 		}
 	}
-	b, err := fs.ReadFile(files, path)
+	b, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return "", fmt.Errorf("lua: %w", err)
 	}
@@ -46,7 +46,7 @@ func expand(path string, stack []string) (string, error) {
 	var expandErr error
 	out := includeRE.ReplaceAllStringFunc(string(b), func(line string) string {
 		name := includeRE.FindStringSubmatch(line)[1]
-		src, err := expand("include/"+name+".lua", stack)
+		src, err := expand(fsys, "include/"+name+".lua", stack)
 		if err != nil && expandErr == nil {
 			expandErr = err
 		}

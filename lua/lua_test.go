@@ -1,0 +1,65 @@
+package lua
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	s, err := Load()
+	require.NoError(t, err)
+	require.Len(t, Names(), 13)
+	for _, name := range Names() {
+		raw, err := files.ReadFile(name + ".lua")
+		require.NoError(t, err)
+		src := string(raw)
+		require.True(t, strings.HasPrefix(src, "-- "+name+": "), "%s: header must start with a one-line summary", name)
+		require.Contains(t, src, "Returns:", name)
+		keys, err := DeclaredKeys(name)
+		require.NoError(t, err)
+		require.Positive(t, keys, name)
+		// KEYS[1..n] are declared in order, and no undeclared KEYS[i] is used.
+		for i := 1; i <= keys; i++ {
+			require.Contains(t, src, "-- KEYS["+itoa(i)+"] ", name)
+		}
+		for _, m := range regexp.MustCompile(`KEYS\[(\d+)\]`).FindAllStringSubmatch(src, -1) {
+			require.LessOrEqual(t, atoi(m[1]), keys, "%s uses KEYS[%s] but declares %d", name, m[1], keys)
+		}
+		require.Contains(t, src, "ARGV[1]", name)
+		// Only cjson, string and table: miniredis lacks cmsgpack, bit and struct.
+		for _, lib := range []string{"cmsgpack", "bit.", "struct."} {
+			require.NotContains(t, src, lib, name)
+		}
+	}
+	require.False(t, includeRE.MatchString(s.CreateJobs.Src), "includes are expanded")
+	require.Len(t, s.CreateJobs.SHA, 40)
+}
+
+func TestInclude_Circular(t *testing.T) {
+	t.Parallel()
+	_, err := expand(fstest.MapFS{
+		"a.lua":         {Data: []byte("--- @include \"x\"\n")},
+		"include/x.lua": {Data: []byte("-- x\n")},
+	}, "a.lua", nil)
+	require.NoError(t, err)
+	_, err = expand(fstest.MapFS{
+		"a.lua":         {Data: []byte("--- @include \"x\"\n")},
+		"include/x.lua": {Data: []byte("--- @include \"y\"\n")},
+		"include/y.lua": {Data: []byte("--- @include \"x\"\n")},
+	}, "a.lua", nil)
+	require.ErrorContains(t, err, "circular include")
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
