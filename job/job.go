@@ -366,14 +366,14 @@ var ErrNotRecurring = errors.New("job is not recurring")
 
 // Run is one firing of a job as recorded in its history.
 type Run struct {
-	Due      time.Time `json:"due"`
-	Start    time.Time `json:"start,omitzero"`
-	End      time.Time `json:"end,omitzero"`
-	Worker   string    `json:"worker,omitempty"`
-	Attempt  int       `json:"attempt"`
-	Outcome  Outcome   `json:"outcome"`
-	Error    string    `json:"error,omitempty"`
-	Missed   int       `json:"missed,omitempty"` // occurrences this entry stands for, when skipped or missed
+	Due     time.Time `json:"due"`
+	Start   time.Time `json:"start,omitzero"`
+	End     time.Time `json:"end,omitzero"`
+	Worker  string    `json:"worker,omitempty"`
+	Attempt int       `json:"attempt"`
+	Outcome Outcome   `json:"outcome"`
+	Error   string    `json:"error,omitempty"`
+	Missed  int       `json:"missed,omitempty"` // occurrences this entry stands for, when skipped or missed
 }
 
 // Outcome is how a run attempt ended.

@@ -456,7 +456,7 @@ func startCluster(dir string, attempt int) ([]*proc, error) {
 		return fail(fmt.Errorf("redis-cli %s: %v\n%s%s", strings.Join(args, " "), err, tail(out, 20), nodeLogs(nodes)))
 	}
 	if err := waitClusterOK(ctx, nodes); err != nil {
-		return fail(fmt.Errorf("%v%s", err, nodeLogs(nodes)))
+		return fail(fmt.Errorf("%v\n--- redis-cli %s ---\n%s%s", err, strings.Join(args, " "), tail(out, 20), nodeLogs(nodes)))
 	}
 	return nodes, nil
 }
