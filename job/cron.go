@@ -190,13 +190,13 @@ func (c *Cron) parse(expr string) error {
 	return nil
 }
 
-// parse parses one field into a bit set of values. star reports a field of exactly "*"
-// (or "?" where allowed).
+// parse parses one field into a bit set of values. star reports a field with a "*" (or
+// "?" where allowed) element, as cronexpr does.
 func (f *cronField) parse(s string) (set uint64, star bool, err error) {
-	if s == "*" || (f.question && s == "?") {
-		star = true
-	}
 	for part := range strings.SplitSeq(s, ",") {
+		if part == "*" || (f.question && part == "?") {
+			star = true
+		}
 		if part == "" {
 			return 0, false, fmt.Errorf("%s field: empty element in list %q", f.name, s)
 		}
@@ -362,6 +362,7 @@ func (c *Cron) Next(after time.Time) time.Time {
 	}
 	from := a + 1 // firing times are whole seconds
 	horizon := from + cronHorizon
+	m := cronMatcher{c: c, maxW: horizon + cronMaxOffset}
 	p := c.periodAt(from)
 	// Walk the zone's offset periods. Within a period, wall clock and instants map one to
 	// one, so the first matching wall time gives the earliest firing time of the period.
@@ -372,29 +373,45 @@ func (c *Cron) Next(after time.Time) time.Time {
 			// the clocks went back.
 			wFrom = max(wFrom, c.repeatedUntil(p))
 		}
-		wMax := horizon + p.off
-		if p.end != math.MaxInt64 {
-			wMax = min(wMax, p.end-1+p.off)
-		}
-		if wFrom <= wMax {
-			if w, ok := c.nextWall(wFrom, wMax); ok {
-				return time.Unix(w-p.off, 0).In(c.loc)
-			}
-		}
-		if p.end == math.MaxInt64 {
+		w, ok := m.next(wFrom)
+		if !ok {
 			break
+		}
+		if p.end == math.MaxInt64 || w < p.end+p.off {
+			return time.Unix(w-p.off, 0).In(c.loc)
 		}
 		q := c.periodAt(p.end)
 		if !c.wildHour && q.off > p.off {
 			// The clocks jump forward at p.end: a fixed-hour expression that matches a
 			// skipped wall time fires once, at the first instant after the jump.
-			if _, ok := c.nextWall(p.end+p.off, p.end+q.off-1); ok {
+			if w, ok := m.next(p.end + p.off); ok && w < p.end+q.off {
 				return time.Unix(p.end, 0).In(c.loc)
 			}
 		}
 		p, from = q, p.end
 	}
 	return time.Time{}
+}
+
+// cronMaxOffset bounds the UTC offset of any zone.
+const cronMaxOffset = 26 * 3600
+
+// cronMatcher remembers the last nextWall search, so that Next does not search again
+// for each zone period it skips.
+type cronMatcher struct {
+	c           *Cron
+	maxW        int64
+	searched    bool
+	from, found int64 // the search [from, maxW] found found, or nothing if !ok
+	ok          bool
+}
+
+func (m *cronMatcher) next(w int64) (int64, bool) {
+	if !m.searched || w < m.from || (m.ok && w > m.found) {
+		m.found, m.ok = m.c.nextWall(w, m.maxW)
+		m.from, m.searched = w, true
+	}
+	return m.found, m.ok
 }
 
 // nextWall returns the first matching wall time in [w, maxW], both counted in seconds

@@ -7,8 +7,8 @@
 -- then per job:
 --   id       string  job id (the idempotency key)
 --   kind     'at' | 'delay' | 'cron'
---   when     at: due ms; delay: ms after now; cron: comma-separated candidate
---            occurrences in ascending ms, the first one after now is used
+--   when     at: due ms; delay: ms after now; cron: "from,c1,c2,..." in ascending ms:
+--            every occurrence after `from`; the first one after now is used
 --   ndef     count   field/value pairs of the definition that follow
 --   ndef*2   field, value ...
 --

@@ -6,8 +6,8 @@
 -- ARGV[1] prefix      string  shard key prefix
 -- ARGV[2] bucket      ms      due bucket width
 -- ARGV[3] id          string  job id
--- ARGV[4] candidates  ms,...  recurring jobs: ascending occurrences, the first after now
---                             is used ('' for one-time jobs)
+-- ARGV[4] candidates  ms,...  recurring jobs: "from,c1,c2,..." ascending, every occurrence
+--                             after `from`; the first after now is used ('' for one-time)
 --
 -- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
 --

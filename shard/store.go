@@ -195,27 +195,27 @@ func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {
 	return s.cfg.Clock().Add(s.offset), nil
 }
 
-// candidates lists occurrences of c around the estimated server time est, ascending, as
-// the comma-separated ms list the scripts take: the first one after the server's real
-// now is used, so an estimate a little off still picks the right occurrence.
+// candidates lists, as the scripts take them ("from,c1,c2,..." in ms), every occurrence
+// of c after from = est−2s up to the first one after est+2s, where est estimates the
+// server's time. The script uses the first occurrence after its own now, so an estimate
+// a little off still picks the right occurrence, and one far off is detected (ErrClockSkew).
 func candidates(c *job.Cron, est time.Time) (string, error) {
 	const margin = 2 * time.Second
-	var b []byte
 	t := est.Add(-margin)
-	for i := 0; i < 64; i++ {
+	b := strconv.AppendInt(nil, t.UnixMilli(), 10)
+	n := 0
+	for ; n < 64; n++ {
 		t = c.Next(t)
 		if t.IsZero() {
 			break
 		}
-		if len(b) > 0 {
-			b = append(b, ',')
-		}
+		b = append(b, ',')
 		b = strconv.AppendInt(b, t.UnixMilli(), 10)
 		if t.After(est.Add(margin)) {
 			return string(b), nil
 		}
 	}
-	if len(b) == 0 {
+	if n == 0 {
 		return "", fmt.Errorf("cron %q has no occurrence in the next 5 years", c.Expr())
 	}
 	return string(b), nil

@@ -106,10 +106,19 @@ local function final(st)
   return st == 'completed' or st == 'dead' or st == 'cancelled'
 end
 
--- candidate picks the first of the comma-separated times strictly after now, or nil.
+-- candidate picks, from "from,c1,c2,..." (ascending ms: every occurrence after `from`
+-- up to the last one), the first occurrence strictly after now. It returns nil when the
+-- list does not cover now (from > now, or no occurrence after now): the caller's clock
+-- estimate was off.
 local function candidate(list, now)
+  local first = true
   for c in string.gmatch(list, '[^,]+') do
-    if tonumber(c) > now then
+    if first then
+      if tonumber(c) > now then
+        return nil
+      end
+      first = false
+    elseif tonumber(c) > now then
       return c
     end
   end

@@ -1,0 +1,256 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func open(t *testing.T, b redistest.Backend, cfg shard.Config) *shard.Store {
+	t.Helper()
+	cfg.Namespace = redistest.Namespace(t, b)
+	if cfg.Shards == 0 {
+		cfg.Shards = 4
+	}
+	s, err := shard.Open(context.Background(), b.Client(t), cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// frozen returns a store on a miniredis whose clock stands at now until moved.
+func frozen(t *testing.T, now time.Time, cfg shard.Config) (*shard.Store, *miniredis.Miniredis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	m.SetTime(now)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true,
+		ForceSingleClient: true, AlwaysRESP2: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	if cfg.Shards == 0 {
+		cfg.Shards = 4
+	}
+	s, err := shard.Open(context.Background(), c, cfg)
+	require.NoError(t, err)
+	return s, m
+}
+
+func TestOpen_RefusesOtherShardCount(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ns := redistest.Namespace(t, b)
+		c := b.Client(t)
+		_, err := shard.Open(context.Background(), c, shard.Config{Namespace: ns, Shards: 8})
+		require.NoError(t, err)
+		_, err = shard.Open(context.Background(), c, shard.Config{Namespace: ns, Shards: 16})
+		var me *shard.ConfigMismatchError
+		require.ErrorAs(t, err, &me)
+		require.Equal(t, "shards", me.Setting)
+		require.Equal(t, "8", me.Stored)
+		_, err = shard.Open(context.Background(), c, shard.Config{Namespace: ns, Shards: 8})
+		require.NoError(t, err)
+	})
+}
+
+func TestCreate_CronJustBeforeOccurrence(t *testing.T) {
+	t.Parallel()
+	nine := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		skew time.Duration // local clock minus Redis clock, appearing after the offset was measured
+	}{{"ExactClock", 0}, {"LocalAhead1s", 1500 * time.Millisecond}, {"LocalBehind1s", -1500 * time.Millisecond},
+		{"LocalAheadHour", time.Hour}, {"LocalBehindHour", -time.Hour}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			local := nine.Add(-time.Minute)
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return local }
+			s, m := frozen(t, nine.Add(-time.Minute), shard.Config{Clock: clock})
+			// Redis now stands at 08:59:59.999; the local clock drifted by skew since
+			// the offset was measured.
+			m.SetTime(nine.Add(-time.Millisecond))
+			mu.Lock()
+			local = nine.Add(-time.Millisecond + tc.skew)
+			mu.Unlock()
+			res, err := s.Create(context.Background(), []*job.Job{{ID: "c", Type: "t", Schedule: job.Schedule{Cron: "0 9 * * *"}}})
+			require.NoError(t, err)
+			require.NoError(t, res[0].Err)
+			require.Equal(t, nine, res[0].NextRunAt.UTC(), "fires at 09:00, not a day later")
+		})
+	}
+}
+
+func TestFinished_ExpireAfterRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	s, m := frozen(t, now, shard.Config{Retention: time.Hour})
+	_, err := s.Create(ctx, []*job.Job{{ID: "once", Type: "t", Schedule: job.Schedule{Now: true}}})
+	require.NoError(t, err)
+	id := s.ShardOf("once")
+	c, err := s.Claim(ctx, id, "default", 1, "w", "n")
+	require.NoError(t, err)
+	require.Len(t, c, 1)
+	errs, err := s.FinishRuns(ctx, id, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	info, err := s.Get(ctx, "once")
+	require.NoError(t, err)
+	require.Equal(t, job.StateCompleted, info.State)
+	m.FastForward(59 * time.Minute)
+	_, err = s.Get(ctx, "once")
+	require.NoError(t, err)
+	m.FastForward(2 * time.Minute)
+	_, err = s.Get(ctx, "once")
+	require.ErrorIs(t, err, shard.ErrNotFound)
+	_, err = s.Runs(ctx, "once")
+	require.ErrorIs(t, err, shard.ErrNotFound)
+	require.Equal(t, []string{s.Keys().Meta()}, m.Keys(), "nothing left behind but the namespace record")
+}
+
+func TestRuns_KeepsLastHistory(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{History: 5})
+		_, err := s.Create(ctx, []*job.Job{{ID: "c", Type: "t", Overlap: job.OverlapAllow, Schedule: job.Schedule{Cron: "0 0 1 1 *"}}})
+		require.NoError(t, err)
+		id := s.ShardOf("c")
+		for i := 0; i < 8; i++ {
+			_, err := s.Trigger(ctx, "c")
+			require.NoError(t, err)
+			c, err := s.Claim(ctx, id, "default", 1, "w", "n")
+			require.NoError(t, err)
+			require.Len(t, c, 1)
+			_, err = s.FinishRuns(ctx, id, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Failed, Error: fmt.Sprint("e", i)}})
+			require.NoError(t, err)
+		}
+		runs, err := s.Runs(ctx, "c")
+		require.NoError(t, err)
+		require.Len(t, runs, 5)
+		require.Equal(t, "e7", runs[0].Error, "newest first")
+	})
+}
+
+// inspect reads where a run is.
+type where struct {
+	ready, inflight, due bool
+	state                string
+}
+
+func locate(t *testing.T, s *shard.Store, jobID string, member string) where {
+	t.Helper()
+	ctx := context.Background()
+	c := s.Client()
+	k := s.Keys()
+	id := s.ShardOf(jobID)
+	var w where
+	_, err := c.Do(ctx, c.B().Zscore().Key(k.Ready(id, "default")).Member(member).Build()).AsFloat64()
+	w.ready = err == nil
+	_, err = c.Do(ctx, c.B().Zscore().Key(k.Inflight(id)).Member(member).Build()).AsFloat64()
+	w.inflight = err == nil
+	w.state, _ = c.Do(ctx, c.B().Hget().Key(k.Run(id, member)).Field("st").Build()).ToString()
+	return w
+}
+
+func TestRace_CancelAndPauseVersusClaim(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		const n = 60
+		var jobs []*job.Job
+		for i := 0; i < n; i++ {
+			jobs = append(jobs, &job.Job{ID: fmt.Sprintf("r%02d", i), Type: "t", Schedule: job.Schedule{Now: true}})
+		}
+		_, err := s.Create(ctx, jobs)
+		require.NoError(t, err)
+		var claimed sync.Map
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { // a worker claiming one at a time
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				c, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+				if err == nil && len(c) == 1 {
+					claimed.Store(c[0].JobID, c[0])
+				}
+			}
+		}()
+		go func() { // cancelling the even jobs, twice each
+			defer wg.Done()
+			for i := 0; i < n; i += 2 {
+				for range 2 {
+					_, _, err := s.Cancel(ctx, fmt.Sprintf("r%02d", i))
+					require.NoError(t, err)
+				}
+			}
+		}()
+		go func() { // pausing the odd ones
+			defer wg.Done()
+			for i := 1; i < n; i += 2 {
+				_, _, err := s.Pause(ctx, fmt.Sprintf("r%02d", i))
+				require.NoError(t, err)
+			}
+		}()
+		wg.Wait()
+		for i := 0; i < n; i++ {
+			jobID := fmt.Sprintf("r%02d", i)
+			info, err := s.Get(ctx, jobID)
+			require.NoError(t, err)
+			v, wasClaimed := claimed.Load(jobID)
+			var member string
+			if wasClaimed {
+				member = v.(shard.Claimed).Member
+			} else {
+				// The job lists its active runs' due times in its 'rl' field.
+				c := s.Client()
+				rl, err := c.Do(ctx, c.B().Hget().Key(s.Keys().Job(0, jobID)).Field("rl").Build()).ToString()
+				require.NoError(t, err)
+				if due := strings.Trim(rl, ","); due != "" {
+					member = jobID + ":" + due
+				}
+			}
+			w := locate(t, s, jobID, member)
+			require.False(t, w.ready && w.inflight, "%s both ready and in flight", jobID)
+			if i%2 == 0 {
+				require.Equal(t, job.StateCancelled, info.State, jobID)
+				require.False(t, w.ready, "%s: a cancelled job has no ready run", jobID)
+				if w.inflight {
+					require.Equal(t, "cancelled", w.state, "%s: in flight after cancel only as cancelled", jobID)
+				}
+			} else {
+				require.False(t, w.ready, "%s: a paused job has no ready run", jobID)
+				if wasClaimed {
+					require.True(t, w.inflight, jobID)
+					require.Equal(t, "running", w.state, jobID)
+				} else {
+					require.Equal(t, "paused", w.state, "%s parked", jobID)
+				}
+			}
+		}
+		// The worker finishes what it claimed: cancelled runs end cancelled, not retried.
+		claimed.Range(func(k, v any) bool {
+			c := v.(shard.Claimed)
+			errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: c.Member, Token: c.Token, Outcome: shard.Failed, Error: "x"}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			info, err := s.Get(ctx, c.JobID)
+			require.NoError(t, err)
+			if info.State == job.StateCancelled {
+				require.Zero(t, info.ActiveRuns, c.JobID)
+				require.Equal(t, where{}, locate(t, s, c.JobID, c.Member), "%s: nothing left of a cancelled run", c.JobID)
+			}
+			return true
+		})
+	})
+}
