@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorhill/cronexpr"
@@ -46,7 +47,7 @@ type Cron struct {
 	// field, for a month whose first day is weekday w.
 	dowDays [7]uint64
 
-	domStar, dowStar bool // the field is "*" or "?"
+	domStar, dowStar bool // the field has a "*" (or "?") element
 	wildHour         bool // the hour field starts with "*": follow elapsed time across DST
 }
 
@@ -88,7 +89,10 @@ var (
 	}}
 )
 
-// ParseCron parses expr in the time zone tz ("" means UTC).
+// ParseCron parses expr in the time zone tz ("" means UTC; "Local" is refused). Errors are
+// plain errors whose text names what is wrong, e.g.
+// `cron "61 * * * *": minute field: value 61 out of range (0-59)` or
+// `unknown time zone "Mars/Base"`.
 func ParseCron(expr, tz string) (*Cron, error) {
 	loc, err := cronLocation(tz)
 	if err != nil {
@@ -109,12 +113,20 @@ func cronLocation(tz string) (*time.Location, error) {
 	case "Local":
 		return nil, fmt.Errorf("time zone %q is not allowed: use an IANA name such as \"Europe/Paris\"", tz)
 	}
+	if loc, ok := cronLocations.Load(tz); ok {
+		return loc.(*time.Location), nil
+	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil {
 		return nil, fmt.Errorf("unknown time zone %q", tz)
 	}
+	cronLocations.Store(tz, loc)
 	return loc, nil
 }
+
+// cronLocations caches loaded zones by name: time.LoadLocation reads and parses the zone
+// file on every call.
+var cronLocations sync.Map
 
 func (c *Cron) parse(expr string) error {
 	if expr == "" {

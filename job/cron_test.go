@@ -611,18 +611,19 @@ func FuzzParseCron(f *testing.F) {
 		"* * * * *", "*/15 2 * * *", "0 0 29 2 *", "30 0 9 * * mon-fri", "@hourly", "@reboot",
 		"61 * * * *", "1-7/2 * * * 7", "0 0 L * *", "", "0 0 ? * 5#3", "5/10 */3 1,15 jan-dec *",
 	} {
-		f.Add(s, uint8(0))
-		f.Add(s, uint8(3))
+		f.Add(s, uint8(0), int32(0))
+		f.Add(s, uint8(3), int32(-1234567))
+		f.Add(s, uint8(1), int32(20971520))
 	}
 	zones := []string{"", "America/New_York", "Australia/Lord_Howe", "America/Sao_Paulo", "Antarctica/Troll"}
 	start := time.Date(2026, 3, 8, 6, 59, 59, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, expr string, zone uint8) {
+	f.Fuzz(func(t *testing.T, expr string, zone uint8, shift int32) {
 		c, err := ParseCron(expr, zones[int(zone)%len(zones)])
 		if err != nil {
 			require.Nil(t, c)
 			return
 		}
-		at := start
+		at := start.Add(time.Duration(shift) * time.Second) // 1958 to 2094
 		for range 5 {
 			next := c.Next(at)
 			require.False(t, next.IsZero(), "%q: no next after %s", expr, at)
