@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	_ "time/tzdata" // IANA zones inside the binary, for machines without zoneinfo
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
@@ -30,6 +31,8 @@ Usage:
   tock dev [--demo] [--addr 127.0.0.1:0] [--shards 64]
       Run an embedded in-memory Redis, a dispatcher and a worker in one process.
       --demo also creates sample jobs and prints one line per firing.
+  tock bench fire|throughput|memory [flags]
+      Run the load generator and print its figures as JSON (see bench/README.md).
 
 Run 'tock <command> --help' for the flags of a command.
 `
@@ -45,6 +48,8 @@ func main() {
 	switch os.Args[1] {
 	case "dev":
 		err = runDev(ctx, os.Args[2:], os.Stdout)
+	case "bench":
+		err = runBench(ctx, os.Args[2:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

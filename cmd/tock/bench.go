@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/tockhq/tock/bench"
+	"github.com/tockhq/tock/shard"
+)
+
+const benchUsage = `Usage:
+  tock bench fire --jobs N --window 10s --lead 20s --concurrency C --payload 100 [--pending M]
+                  [--producer-only | --workers-only --namespace NS]
+  tock bench throughput --jobs N --concurrency C
+  tock bench memory --jobs N --payload 100 --redis host:port
+Common flags: --redis host:port[,host:port...] (default: embedded in-memory Redis),
+              --shards 64, --namespace NS, --keep, --dispatchers 1, --json
+`
+
+func runBench(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, benchUsage)
+		return flag.ErrHelp
+	}
+	scenario, args := args[0], args[1:]
+	fs := flag.NewFlagSet("tock bench "+scenario, flag.ContinueOnError)
+	var (
+		redis                      string
+		common                     bench.Common
+		jobs, concurrency, payload int
+		pending                    int
+		window, lead               time.Duration
+		producerOnly, workersOnly  bool
+		asJSON                     bool
+		verbose                    bool
+	)
+	fs.StringVar(&redis, "redis", os.Getenv("TOCK_REDIS"), "Redis address(es), comma-separated (default: embedded in-memory Redis; env TOCK_REDIS)")
+	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
+	fs.StringVar(&common.Namespace, "namespace", "", "namespace (default: a fresh one, deleted afterwards)")
+	fs.BoolVar(&common.Keep, "keep", false, "keep the keys in Redis afterwards")
+	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
+	fs.IntVar(&jobs, "jobs", 100000, "jobs")
+	fs.IntVar(&concurrency, "concurrency", 200, "worker handler slots")
+	fs.IntVar(&payload, "payload", 100, "payload bytes per job")
+	fs.BoolVar(&asJSON, "json", false, "print the result as one JSON object (the default output is JSON as well, indented)")
+	fs.BoolVar(&verbose, "v", false, "log engine errors to stderr")
+	if scenario == "fire" {
+		fs.DurationVar(&window, "window", 10*time.Second, "jobs are due uniformly across this window")
+		fs.DurationVar(&lead, "lead", 20*time.Second, "the window starts this long after scheduling starts")
+		fs.IntVar(&pending, "pending", 0, "jobs pre-loaded due far in the future")
+		fs.BoolVar(&producerOnly, "producer-only", false, "only schedule (workers run elsewhere)")
+		fs.BoolVar(&workersOnly, "workers-only", false, "only run dispatchers and workers")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench %s: unexpected argument %q", scenario, fs.Arg(0))
+	}
+	if redis != "" {
+		common.Redis = strings.Split(redis, ",")
+	}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		common.Progress = os.Stderr
+	}
+	if verbose {
+		common.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	var res any
+	var err error
+	switch scenario {
+	case "fire":
+		res, err = bench.Fire(ctx, bench.FireConfig{Common: common, Jobs: jobs, Window: window, Lead: lead,
+			Concurrency: concurrency, Payload: payload, Pending: pending, ProducerOnly: producerOnly, WorkersOnly: workersOnly})
+	case "throughput":
+		res, err = bench.Throughput(ctx, bench.ThroughputConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload})
+	case "memory":
+		res, err = bench.Memory(ctx, bench.MemoryConfig{Common: common, Jobs: jobs, Payload: payload})
+	default:
+		fmt.Fprint(os.Stderr, benchUsage)
+		return fmt.Errorf("bench: unknown scenario %q", scenario)
+	}
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(out)
+	if !asJSON {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(res)
+}
