@@ -143,8 +143,10 @@ func Run(t *testing.T, fn func(t *testing.T, b Backend)) {
 // miniredis has no CLIENT TRACKING and tock does not use caching. Miniredis
 // and the standalone server get a plain single-node client
 // (ForceSingleClient; miniredis answers CLUSTER SLOTS, which would otherwise
-// make rueidis treat it as a one-node cluster). For the cluster every seed
-// address is passed and rueidis discovers the topology itself.
+// make rueidis treat it as a one-node cluster). The miniredis client speaks
+// RESP2 (AlwaysRESP2) so that subscriptions get their own connection, see
+// newClient. For the cluster every seed address is passed and rueidis
+// discovers the topology itself.
 func (b Backend) Client(t testing.TB) rueidis.Client {
 	t.Helper()
 	c, err := b.newClient()
@@ -163,6 +165,14 @@ func (b Backend) newClient() (rueidis.Client, error) {
 	}
 	if b.Name != Cluster {
 		opt.ForceSingleClient = true
+	}
+	if b.Name == Miniredis {
+		// Over RESP3 rueidis runs SUBSCRIBE (Client.Receive) on the
+		// connection shared with every other command, which Redis allows
+		// but miniredis refuses ("Can't execute 'eval': only (P)SUBSCRIBE
+		// / ... are allowed in this context"). Over RESP2 rueidis uses a
+		// dedicated connection for pub/sub.
+		opt.AlwaysRESP2 = true
 	}
 	return rueidis.NewClient(opt)
 }

@@ -2,9 +2,11 @@ package redistest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -215,4 +217,60 @@ func keysOf[V any](m map[string]V) []string {
 		s = append(s, k)
 	}
 	return s
+}
+
+// TestPubSubAlongsideCommands checks that a client can stay subscribed
+// (Receive) while the same client runs other commands, on every backend
+// (miniredis refuses commands on a subscribed connection, which rueidis
+// shares with other commands over RESP3).
+func TestPubSubAlongsideCommands(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		c := b.Client(t)
+		ns := redistest.Namespace(t, b)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+
+		got := make(chan string, 100)
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Receive(ctx, c.B().Subscribe().Channel(ns+":ch").Build(), func(m rueidis.PubSubMessage) {
+				select {
+				case got <- m.Message:
+				default:
+				}
+			})
+		}()
+
+		deadline := time.After(10 * time.Second)
+		for i := 0; ; i++ {
+			// Commands on the same client while it is subscribed.
+			k := fmt.Sprintf("%s:k%d", ns, i)
+			if err := c.Do(ctx, c.B().Set().Key(k).Value("v").Build()).Error(); err != nil {
+				t.Fatalf("SET while subscribed: %v", err)
+			}
+			if err := c.Do(ctx, c.B().Eval().Script("return redis.call('GET', KEYS[1])").Numkeys(1).Key(k).Build()).Error(); err != nil {
+				t.Fatalf("EVAL while subscribed: %v", err)
+			}
+			if err := c.Do(ctx, c.B().Publish().Channel(ns+":ch").Message("hi").Build()).Error(); err != nil {
+				t.Fatalf("PUBLISH: %v", err)
+			}
+			select {
+			case m := <-got:
+				if m != "hi" {
+					t.Fatalf("message = %q", m)
+				}
+				cancel()
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatalf("Receive: %v", err)
+				}
+				return
+			case err := <-done:
+				t.Fatalf("Receive returned early: %v", err)
+			case <-deadline:
+				t.Fatal("no message received")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
 }
