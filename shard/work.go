@@ -111,28 +111,55 @@ type Finish struct {
 // per run nil or ErrTokenMismatch (the run was redelivered or finished meanwhile: the
 // late report is rejected). The error is a Redis error for the whole call.
 func (s *Store) FinishRuns(ctx context.Context, id ID, fs []Finish) ([]error, error) {
-	rest := make([]string, 0, 1+5*len(fs))
-	rest = append(rest, strconv.Itoa(len(fs)))
-	for _, f := range fs {
-		msg := f.Error
-		if len(msg) > MaxErrorLen {
-			msg = strings.ToValidUTF8(msg[:MaxErrorLen], "")
+	res := s.FinishMany(ctx, map[ID][]Finish{id: fs})
+	return res[id].Errs, res[id].Err
+}
+
+// FinishResult is the outcome of the reports of one shard.
+type FinishResult struct {
+	Errs []error // per report: nil, or ErrTokenMismatch
+	Err  error   // a Redis error for the shard's whole call
+}
+
+// FinishMany records ends of attempts of runs of several shards in one pipeline, one
+// script call per shard.
+func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]FinishResult {
+	ids := make([]ID, 0, len(byShard))
+	calls := make([]call, 0, len(byShard))
+	for id, fs := range byShard {
+		rest := make([]string, 0, 1+5*len(fs))
+		rest = append(rest, strconv.Itoa(len(fs)))
+		for _, f := range fs {
+			msg := f.Error
+			if len(msg) > MaxErrorLen {
+				msg = strings.ToValidUTF8(msg[:MaxErrorLen], "")
+			}
+			rest = append(rest, f.Member, f.Token, string(f.Outcome), msg, strconv.FormatInt(f.Delay.Milliseconds(), 10))
 		}
-		rest = append(rest, f.Member, f.Token, string(f.Outcome), msg, strconv.FormatInt(f.Delay.Milliseconds(), 10))
+		ids = append(ids, id)
+		calls = append(calls, s.finishCall(id, "worker", "", rest))
 	}
-	reply, err := s.exec1(ctx, s.finishCall(id, "worker", "", rest)).ToArray()
-	if err != nil || len(reply) != 2 {
-		return nil, fmt.Errorf("finish runs on shard %d: %v", id, err)
-	}
-	s.publish(ctx, s.readySignals(nil, id, strs(reply[1])))
-	codes := arr(reply[0])
-	out := make([]error, len(fs))
-	for i := range out {
-		if i >= len(codes) {
-			out[i] = fmt.Errorf("finish runs on shard %d: short reply", id)
-		} else if c := i64(codes[i]); c < 0 {
-			out[i] = codeError(c)
+	out := make(map[ID]FinishResult, len(ids))
+	var msgs [][2]string
+	for k, r := range s.exec(ctx, calls...) {
+		id, fs := ids[k], byShard[ids[k]]
+		reply, err := r.ToArray()
+		if err != nil || len(reply) != 2 {
+			out[id] = FinishResult{Err: fmt.Errorf("finish runs on shard %d: %v", id, err)}
+			continue
 		}
+		msgs = s.readySignals(msgs, id, strs(reply[1]))
+		codes := arr(reply[0])
+		errs := make([]error, len(fs))
+		for i := range errs {
+			if i >= len(codes) {
+				errs[i] = fmt.Errorf("finish runs on shard %d: short reply", id)
+			} else if c := i64(codes[i]); c < 0 {
+				errs[i] = codeError(c)
+			}
+		}
+		out[id] = FinishResult{Errs: errs}
 	}
-	return out, nil
+	s.publish(ctx, msgs)
+	return out
 }

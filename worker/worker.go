@@ -192,6 +192,17 @@ type Worker struct {
 	loops      sync.WaitGroup     // claim, listen
 	hb         sync.WaitGroup     // heartbeat
 	handlersWG sync.WaitGroup     // executor goroutines
+	reports    chan report        // finished attempts, batched to Redis by the reporter
+	reporter   sync.WaitGroup
+}
+
+// report is a finished attempt waiting to be sent to Redis.
+type report struct {
+	a       *active
+	f       shard.Finish
+	run     *Run // nil for a hand-back of a run that never started
+	started time.Time
+	err     error
 }
 
 type source struct {
@@ -224,6 +235,7 @@ func New(cfg Config) (*Worker, error) {
 		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]bool{},
 		claimWake: make(chan struct{}, 1),
 		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch),
+		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
 	}, nil
 }
 
@@ -270,6 +282,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.stopHB = stopHB
 	w.stopped = make(chan struct{})
 	w.markAllHot()
+	w.reporter.Add(1)
+	go func() { defer w.reporter.Done(); w.report() }()
 	for range w.cfg.Concurrency {
 		w.handlersWG.Add(1)
 		go func() {
@@ -569,32 +583,72 @@ func (w *Worker) call(ctx context.Context, r *Run) (err error) {
 	return h.Work(ctx, r)
 }
 
-// finish reports the attempt, retrying a failed report a few times (until then the run
-// stays held and heartbeated; if all tries fail, the run is redelivered after its
-// deadline: at least once).
+// finish queues the attempt's report for the reporter.
 func (w *Worker) finish(a *active, r *Run, f shard.Finish, started time.Time, herr error) {
 	f.Member, f.Token = a.c.Member, a.c.Token
-	rejected := false
-	ctx := w.baseCtx
-	for try := 0; ; try++ {
-		res, err := w.store.FinishRuns(ctx, a.c.Shard, []shard.Finish{f})
-		if err == nil {
-			rejected = res[0] != nil
-			break
-		}
-		if try == 4 {
-			w.logger.Error("report run outcome", "run", a.c.Member, "error", err)
-			break
-		}
-		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+	w.reports <- report{a: a, f: f, run: r, started: started, err: herr}
+}
+
+// maxReportBatch bounds the reports sent in one pipeline.
+const maxReportBatch = 1024
+
+// report sends finished attempts to Redis: whatever has queued up while the previous
+// batch was in flight goes out together, one script call per shard in one pipeline. A
+// batch whose call failed is retried a few times (its runs stay held and heartbeated
+// meanwhile); if all tries fail, the runs are redelivered after their deadlines.
+func (w *Worker) report() {
+	outcomes := map[shard.Outcome]Outcome{
+		shard.Succeeded: OutcomeSucceeded, shard.Failed: OutcomeFailed, shard.Cancelled: OutcomeCancelled,
+		shard.Snoozed: OutcomeSnoozed, shard.HandBack: OutcomeHandedBack,
 	}
-	w.done(a)
-	if r != nil {
-		out := map[shard.Outcome]Outcome{
-			shard.Succeeded: OutcomeSucceeded, shard.Failed: OutcomeFailed, shard.Cancelled: OutcomeCancelled,
-			shard.Snoozed: OutcomeSnoozed, shard.HandBack: OutcomeHandedBack,
-		}[f.Outcome]
-		w.observe(Result{Run: r, Started: started, Finished: time.Now(), Outcome: out, Err: herr, Rejected: rejected})
+	batch := make([]report, 0, maxReportBatch)
+	for first := range w.reports {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxReportBatch {
+			select {
+			case r, ok := <-w.reports:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		byShard := map[shard.ID][]shard.Finish{}
+		idx := map[shard.ID][]int{}
+		for i, r := range batch {
+			id := r.a.c.Shard
+			byShard[id] = append(byShard[id], r.f)
+			idx[id] = append(idx[id], i)
+		}
+		rejected := make([]bool, len(batch))
+		for try := 0; len(byShard) > 0; try++ {
+			res := w.store.FinishMany(w.baseCtx, byShard)
+			for id, fr := range res {
+				if fr.Err != nil && try < 4 {
+					continue
+				}
+				if fr.Err != nil {
+					w.logger.Error("report run outcomes", "shard", int(id), "error", fr.Err)
+				}
+				for k, e := range fr.Errs {
+					rejected[idx[id][k]] = e != nil
+				}
+				delete(byShard, id)
+			}
+			if len(byShard) > 0 {
+				time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+			}
+		}
+		now := time.Now()
+		for i, r := range batch {
+			w.done(r.a)
+			if r.run != nil {
+				w.observe(Result{Run: r.run, Started: r.started, Finished: now, Outcome: outcomes[r.f.Outcome], Err: r.err, Rejected: rejected[i]})
+			}
+		}
 	}
 }
 
@@ -650,6 +704,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	if first {
+		close(w.reports)
+		w.reporter.Wait()
 		w.stopHB()
 		w.hb.Wait()
 		close(w.stopped)
