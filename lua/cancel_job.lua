@@ -51,7 +51,7 @@ for due in string.gmatch(j[3] or '', '[^,]+') do
     rl = rl .. due .. ','
   else
     if r[1] == 'ready' then
-      redis.call('ZREM', P .. 'ready:' .. j[5], member)
+      redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
     elseif r[1] == 'retrying' then
       unfile_due(P, bucketsKey, bucketMs, member, tonumber(r[2]))
     end

@@ -21,6 +21,7 @@ local worker, nonce = ARGV[3], ARGV[4]
 
 local now = now_ms()
 local out = {}
+local inflight = {}
 local popped = redis.call('ZPOPMIN', readyKey, n)
 for k = 1, #popped, 2 do
   local member = popped[k]
@@ -28,17 +29,19 @@ for k = 1, #popped, 2 do
   local id = split_run(member)
   local jobKey = P .. 'job:' .. id
   local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'sk')
-  if not j[1] or redis.call('EXISTS', runKey) == 0 then
+  local r = redis.call('HMGET', runKey, 'att', 'dl')
+  if not j[1] or not r[1] then
     -- Orphan (the job expired or was removed): drop it.
     redis.call('DEL', runKey)
   else
-    local r = redis.call('HMGET', runKey, 'att', 'dl')
-    local att = (tonumber(r[1]) or 0) + 1
+    local att = tonumber(r[1]) + 1
     local dl = (tonumber(r[2]) or 0) + 1
     local token = dl .. '-' .. nonce
+    local vt = tonumber(field(j[4], 30000))
     redis.call('HSET', runKey, 'st', 'running', 'att', att, 'dl', dl, 'tok', token, 'wk', worker, 'sa', now)
-    redis.call('ZADD', inflightKey, now + (tonumber(j[4]) or 30000), member)
-    if j[6] == 'at' then
+    table.insert(inflight, now + vt)
+    table.insert(inflight, member)
+    if field(j[6], 'at') == 'at' then
       redis.call('HSET', jobKey, 'st', 'running')
     end
     table.insert(out, member)
@@ -46,10 +49,13 @@ for k = 1, #popped, 2 do
     table.insert(out, att)
     table.insert(out, j[1])
     table.insert(out, j[2] or '')
-    table.insert(out, tonumber(j[3]) or 0)
-    table.insert(out, tonumber(j[4]) or 0)
-    table.insert(out, tonumber(j[5]) or 1)
+    table.insert(out, tonumber(field(j[3], 1800000)))
+    table.insert(out, vt)
+    table.insert(out, tonumber(field(j[5], 25)))
   end
+end
+if #inflight > 0 then
+  redis.call('ZADD', inflightKey, unpack(inflight))
 end
 
 return { now, out }

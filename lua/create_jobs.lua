@@ -9,7 +9,11 @@
 --   kind     'at' | 'delay' | 'cron'
 --   when     at: due ms; delay: ms after now; cron: "from,c1,c2,..." in ascending ms:
 --            every occurrence after `from`; the first one after now is used
---   ndef     count   field/value pairs of the definition that follow
+--   queue    string  the job's queue
+--   priority 0-9
+--   dh       string  definition hash (stored as field 'dh'; compared by the caller)
+--   ndef     count   field/value pairs of the definition that follow (fields left out
+--                    take their defaults, see common's `field` callers)
 --   ndef*2   field, value ...
 --
 -- Derived keys: P..'job:'..id, P..'run:'..id..':'..due, P..'due:'..bucket, P..'ready:'..queue
@@ -43,13 +47,15 @@ if firstBucket[1] then
 end
 
 local wake = -1
-local queues, seen = {}, {}
 local results = {}
+local dueAdds, dueBuckets = {}, {}
 local i = 4
 for _ = 1, n do
-  local id, kind, when, ndef = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local defStart = i + 4
-  i = defStart + ndef * 2
+  local id, kind, when, q, pri, dh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local ndef = tonumber(ARGV[i + 6])
+  local defStart = i + 7
+  local defEnd = defStart + ndef * 2 - 1
+  i = defEnd + 1
   local jobKey = P .. 'job:' .. id
   local existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   if existing[1] then
@@ -75,33 +81,32 @@ for _ = 1, n do
       table.insert(results, 0)
       table.insert(results, '')
     else
-      local def = {}
-      local q, pri, dh = 'default', 5, ''
-      for k = defStart, defStart + ndef * 2 - 1, 2 do
-        local f, v = ARGV[k], ARGV[k + 1]
-        table.insert(def, f)
-        table.insert(def, v)
-        if f == 'q' then q = v elseif f == 'pr' then pri = v elseif f == 'dh' then dh = v end
-      end
-      redis.call('HSET', jobKey, 'cr', now, unpack(def))
       local dueStr = num(due)
-      local state, next
+      local state, next, rl
       if kind ~= 'cron' and due <= now then
         -- Due already: its run goes straight to the ready set.
-        state, next = 'ready', 0
-        new_run(P, jobKey, id, dueStr, q, pri, state)
-        if not seen[q] then
-          seen[q] = true
-          table.insert(queues, q)
-        end
+        state, next, rl = 'ready', 0, ',' .. dueStr .. ','
+        new_run(P, id, dueStr, q, pri, state)
       else
-        state, next = 'scheduled', due
-        file_due(P, bucketsKey, bucketMs, id .. ':' .. dueStr, due)
+        state, next, rl = 'scheduled', due, ','
+        local b = num(math.floor(due / bucketMs))
+        local adds = dueAdds[b]
+        if not adds then
+          adds = {}
+          dueAdds[b] = adds
+          table.insert(dueBuckets, b)
+        end
+        table.insert(adds, due)
+        table.insert(adds, id .. ':' .. dueStr)
         if (not earliest or due < earliest) and (wake == -1 or due < wake) then
           wake = due
         end
       end
-      redis.call('HSET', jobKey, 'st', state, 'nx', num(next))
+      if ndef > 0 then
+        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', now, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
+      else
+        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', now, 'dh', dh, 'rl', rl)
+      end
       table.insert(results, 1)
       table.insert(results, state)
       table.insert(results, next)
@@ -110,4 +115,12 @@ for _ = 1, n do
   end
 end
 
-return { wake, queues, results }
+for _, b in ipairs(dueBuckets) do
+  local adds = dueAdds[b]
+  for k = 1, #adds, 6000 do
+    redis.call('ZADD', P .. 'due:' .. b, unpack(adds, k, math.min(k + 5999, #adds)))
+  end
+  redis.call('ZADD', bucketsKey, tonumber(b) * bucketMs, b)
+end
+
+return { wake, flush_ready(P), results }

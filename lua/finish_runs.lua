@@ -46,13 +46,7 @@ if mode == 'reap' and redis.call('GET', leaseKey) ~= ARGV[6] then
 end
 
 local now = now_ms()
-local queues, seen = {}, {}
-local function readied(q)
-  if not seen[q] then
-    seen[q] = true
-    table.insert(queues, q)
-  end
-end
+local leaving = {}
 
 -- next_rand walks a low-discrepancy sequence from the caller's random seed.
 local function next_rand()
@@ -60,59 +54,49 @@ local function next_rand()
   return rand
 end
 
-local function expire_job(id, jobKey)
-  redis.call('PEXPIRE', jobKey, retention)
-  redis.call('PEXPIRE', P .. 'hist:' .. id, retention)
-end
-
--- release_buffered makes a recurring job's buffered occurrence ready.
-local function release_buffered(id, jobKey, j)
-  local bf = j[7]
-  if bf and bf ~= '' and not final(j[1]) then
-    redis.call('HDEL', jobKey, 'bf')
-    runs_add(jobKey, bf)
-    if enqueue(P, id .. ':' .. bf, j[3], j[4], bf, j[1]) then
-      readied(j[3])
-    end
-  end
-end
-
 local function finish(member, outcome, token, errmsg, delay)
   local runKey = P .. 'run:' .. member
   local r = redis.call('HMGET', runKey, 'tok', 'st', 'att', 'wk', 'sa')
-  if token and r[1] ~= token then
+  -- A run holds a token only while it is in flight.
+  if not r[1] or r[1] == '' or (token and r[1] ~= token) then
     return -2
   end
-  if redis.call('ZREM', inflightKey, member) == 0 then
-    return -2
-  end
+  table.insert(leaving, member)
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'ib', 'bf', 'mb', 'mu', 'ji')
+  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'ib', 'bf', 'mb', 'mu', 'ji', 'rl')
+  local st, q, pri, rl = j[1], j[3], j[4], j[11]
   local att = tonumber(r[3]) or 1
-  if r[2] == 'cancelled' or (j[1] == 'cancelled' and outcome ~= 'ok') then
+  if r[2] == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
     outcome = 'cancel'
   end
-  if not j[1] then
+  if not st then
     redis.call('DEL', runKey)
     return 1
   end
   local entry = { d = tonumber(due), s = tonumber(r[5]), e = now, w = r[4], a = att }
-  local once = j[2] == 'at'
+  local once = field(j[2], 'at') == 'at'
 
   if outcome == 'handback' then
-    redis.call('HSET', runKey, 'att', att - 1)
-    if enqueue(P, member, j[3], j[4], due, j[1]) then
-      readied(j[3])
-      if once then
-        redis.call('HSET', jobKey, 'st', 'ready')
-      end
+    redis.call('HSET', runKey, 'att', att - 1, 'tok', '')
+    if enqueue(P, member, q, pri, due, st) and once then
+      redis.call('HSET', jobKey, 'st', 'ready')
     end
     return 1
   end
 
+  -- release_buffered makes a recurring job's buffered occurrence ready; returns the new rl.
+  local function release_buffered()
+    local bf = j[7]
+    if once or not bf or bf == '' or final(st) then
+      return rl
+    end
+    enqueue(P, id .. ':' .. bf, q, pri, bf, st)
+    return rl_add(rl, bf)
+  end
+
   if outcome == 'error' or outcome == 'lost' or outcome == 'snooze' then
-    local ma = tonumber(j[5]) or 1
+    local ma = tonumber(field(j[5], 25))
     if outcome == 'snooze' or att < ma then
       local when
       if outcome == 'snooze' then
@@ -120,16 +104,16 @@ local function finish(member, outcome, token, errmsg, delay)
         when = now + delay
         entry.o = 'snoozed'
       else
-        local d = tonumber(j[6]) * tonumber(j[9]) ^ (att - 1)
-        d = math.min(d, tonumber(j[8]))
-        d = d * (1 + tonumber(j[10]) * (2 * next_rand() - 1))
+        local d = tonumber(field(j[6], 1000)) * tonumber(field(j[9], 2)) ^ (att - 1)
+        d = math.min(d, tonumber(field(j[8], 3600000)))
+        d = d * (1 + tonumber(field(j[10], 0.2)) * (2 * next_rand() - 1))
         when = now + math.floor(d)
         entry.o = outcome == 'lost' and 'lost' or 'failed'
         entry.er = errmsg
       end
-      redis.call('HSET', runKey, 'st', 'retrying', 'ra', num(when))
+      redis.call('HSET', runKey, 'st', 'retrying', 'ra', num(when), 'tok', '')
       file_due(P, bucketsKey, bucketMs, member, when)
-      if once and j[1] ~= 'paused' then
+      if once and st ~= 'paused' then
         redis.call('HSET', jobKey, 'st', 'retrying')
       end
       entry.r = when
@@ -137,23 +121,23 @@ local function finish(member, outcome, token, errmsg, delay)
       return 1
     end
     -- Out of attempts: dead-letter set. The run hash stays for a requeue.
-    redis.call('HSET', runKey, 'st', 'dead', 'er', errmsg, 'ea', now)
+    redis.call('HSET', runKey, 'st', 'dead', 'er', errmsg, 'ea', now, 'tok', '')
     redis.call('ZADD', deadKey, now, member)
-    runs_del(jobKey, due)
     entry.o = 'dead'
     entry.er = errmsg
     hist(P, id, keep, entry)
+    rl = rl_del(rl, due)
     if once then
-      redis.call('HSET', jobKey, 'st', 'dead')
+      redis.call('HSET', jobKey, 'st', 'dead', 'rl', rl)
     else
-      release_buffered(id, jobKey, j)
+      redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '')
     end
     return 1
   end
 
   -- Succeeded or cancelled: the run is over.
   redis.call('DEL', runKey)
-  runs_del(jobKey, due)
+  rl = rl_del(rl, due)
   if outcome == 'ok' then
     entry.o = 'succeeded'
   else
@@ -162,14 +146,24 @@ local function finish(member, outcome, token, errmsg, delay)
   end
   hist(P, id, keep, entry)
   if once then
-    if j[1] ~= 'cancelled' then
-      redis.call('HSET', jobKey, 'st', outcome == 'ok' and 'completed' or 'cancelled')
+    if st == 'cancelled' then
+      redis.call('HSET', jobKey, 'rl', rl)
+    else
+      redis.call('HSET', jobKey, 'st', outcome == 'ok' and 'completed' or 'cancelled', 'rl', rl)
     end
-    expire_job(id, jobKey)
+    redis.call('PEXPIRE', jobKey, retention)
+    redis.call('PEXPIRE', P .. 'hist:' .. id, retention)
   else
-    release_buffered(id, jobKey, j)
+    redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '')
   end
   return 1
+end
+
+local function done()
+  for k = 1, #leaving, 6000 do
+    redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))
+  end
+  return flush_ready(P)
 end
 
 if mode == 'reap' then
@@ -178,9 +172,12 @@ if mode == 'reap' then
   for _, member in ipairs(expired) do
     if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
       reaped = reaped + 1
+    else
+      -- In flight without a run or token: nothing to recover; drop it.
+      table.insert(leaving, member)
     end
   end
-  return { reaped, queues }
+  return { reaped, done() }
 end
 
 local results = {}
@@ -189,4 +186,4 @@ for _ = 1, n do
   table.insert(results, finish(ARGV[i], ARGV[i + 2], ARGV[i + 1], ARGV[i + 3], tonumber(ARGV[i + 4]) or 0))
   i = i + 5
 end
-return { results, queues }
+return { results, done() }

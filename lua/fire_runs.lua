@@ -35,15 +35,6 @@ if redis.call('GET', leaseKey) ~= ARGV[3] then
 end
 
 local fired = 0
-local queues, seen = {}, {}
-local function readied(q)
-  fired = fired + 1
-  if not seen[q] then
-    seen[q] = true
-    table.insert(queues, q)
-  end
-end
-
 local i = 6
 for _ = 1, n do
   local member, score, ver = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
@@ -56,40 +47,40 @@ for _ = 1, n do
     local id, due = split_run(member)
     local jobKey = P .. 'job:' .. id
     local j = redis.call('HMGET', jobKey, 'st', 'ver', 'q', 'pr', 'sk', 'ov', 'rl', 'bf')
-    local st, q, pri = j[1], j[3], j[4]
-    if redis.call('EXISTS', P .. 'run:' .. member) == 1 then
+    local st, q, pri, rl = j[1], j[3], j[4], j[7]
+    local once = field(j[5], 'at') == 'at'
+    if rl_has(rl, due) then
       -- A retry (or snoozed run) whose time has come.
-      unfile_due(P, bucketsKey, bucketMs, member, score)
-      if not st then
-        redis.call('DEL', P .. 'run:' .. member)
-      elseif enqueue(P, member, q, pri, due, st) then
-        readied(q)
-        if j[5] == 'at' then
+      unfile_later(bucketMs, member, score)
+      if enqueue(P, member, q, pri, due, st) then
+        fired = fired + 1
+        if once then
           redis.call('HSET', jobKey, 'st', 'ready')
         end
       end
     elseif not st or final(st) or st == 'paused' then
       -- Nothing to fire: the job is gone or no longer schedules runs.
-      unfile_due(P, bucketsKey, bucketMs, member, score)
-    elseif j[5] ~= 'cron' then
-      unfile_due(P, bucketsKey, bucketMs, member, score)
-      if new_run(P, jobKey, id, due, q, pri, st) then
-        readied(q)
+      unfile_later(bucketMs, member, score)
+      if not st then
+        redis.call('DEL', P .. 'run:' .. member)
       end
-      redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0)
-    elseif j[2] == ver then
-      unfile_due(P, bucketsKey, bucketMs, member, score)
-      local active, bf = runs_active(j[7]), j[8]
+    elseif once then
+      unfile_later(bucketMs, member, score)
+      new_run(P, id, due, q, pri, st)
+      fired = fired + 1
+      redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, due))
+    elseif field(j[2], '') == ver then
+      unfile_later(bucketMs, member, score)
+      local ov, bf = field(j[6], 'skip'), j[8]
       for k = fires, fires + nfire - 1 do
         local d = ARGV[k]
-        if not active or j[6] == 'allow' then
-          if new_run(P, jobKey, id, d, q, pri, st) then
-            readied(q)
+        if not runs_active(rl) or ov == 'allow' then
+          if new_run(P, id, d, q, pri, st) then
+            fired = fired + 1
           end
-          active = true
-        elseif j[6] == 'buffer_one' and (not bf or bf == '') then
+          rl = rl_add(rl, d)
+        elseif ov == 'buffer_one' and (not bf or bf == '') then
           redis.call('HSET', P .. 'run:' .. id .. ':' .. d, 'att', 0, 'dl', 0, 'st', 'buffered')
-          redis.call('HSET', jobKey, 'bf', d)
           bf = d
         else
           hist(P, id, keep, { d = tonumber(d), o = 'skipped' })
@@ -101,9 +92,10 @@ for _ = 1, n do
       if next > 0 then
         file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next)
       end
-      redis.call('HSET', jobKey, 'nx', num(next))
+      redis.call('HSET', jobKey, 'nx', num(next), 'rl', rl, 'bf', bf or '')
     end
   end
 end
 
-return { fired, queues }
+flush_unfile(P, bucketsKey)
+return { fired, flush_ready(P) }

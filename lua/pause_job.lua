@@ -32,7 +32,7 @@ if nx > 0 then
 end
 for due in string.gmatch(j[3] or '', '[^,]+') do
   local member = id .. ':' .. due
-  if redis.call('ZREM', P .. 'ready:' .. j[4], member) == 1 then
+  if redis.call('ZREM', P .. 'ready:' .. field(j[4], 'default'), member) == 1 then
     redis.call('HSET', P .. 'run:' .. member, 'st', 'paused')
   end
 end

@@ -6,7 +6,7 @@
 -- ARGV[1] prefix    string  shard key prefix
 -- ARGV[2] limit     count   most entries to return
 --
--- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'run:'..member
+-- Derived keys: P..'due:'..bucket, P..'job:'..id
 --
 -- Returns: { now, next_due, next_deadline, entries }
 --   now            the server's clock, ms
@@ -37,16 +37,15 @@ for _, b in ipairs(buckets) do
     local member, score = due[k], due[k + 1]
     count = count + 1
     local kind, cron, tz, ver, mf, mt = 'once', '', '', '', '', ''
-    if redis.call('EXISTS', P .. 'run:' .. member) == 1 then
+    local id, d = split_run(member)
+    local j = redis.call('HMGET', P .. 'job:' .. id, 'st', 'rl', 'sk', 'sc', 'tz', 'ver', 'mf', 'mt')
+    if not j[1] then
+      kind = 'gone'
+    elseif rl_has(j[2], d) then
       kind = 'retry'
-    else
-      local id = split_run(member)
-      local j = redis.call('HMGET', P .. 'job:' .. id, 'sk', 'sc', 'tz', 'ver', 'mf', 'mt')
-      if not j[1] then
-        kind = 'gone'
-      elseif j[1] == 'cron' then
-        kind, cron, tz, ver, mf, mt = 'cron', j[2], j[3] or '', j[4] or '', j[5] or '', j[6] or ''
-      end
+    elseif j[3] == 'cron' then
+      kind, cron, tz, ver = 'cron', j[4], field(j[5], ''), field(j[6], '')
+      mf, mt = field(j[7], 'run_once'), field(j[8], '60000')
     end
     table.insert(entries, member)
     table.insert(entries, score)

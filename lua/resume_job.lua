@@ -42,14 +42,12 @@ if j[6] == 'cron' then
   next = tonumber(c)
   state = 'scheduled'
 end
-local queues = {}
 local active = false
 for due in string.gmatch(j[3] or '', '[^,]+') do
   local member = id .. ':' .. due
   local st = redis.call('HGET', P .. 'run:' .. member, 'st')
   if st == 'paused' then
     enqueue(P, member, j[4], j[5], due, 'ready')
-    queues = { j[4] }
     if j[6] ~= 'cron' then
       state = 'ready'
     end
@@ -66,4 +64,4 @@ if next > 0 then
 end
 redis.call('HSET', jobKey, 'st', state, 'nx', num(next))
 redis.call('HDEL', jobKey, 'ps')
-return { 1, state, next, queues, wake }
+return { 1, state, next, flush_ready(P), wake }

@@ -20,7 +20,7 @@ local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
 
 local jobKey = P .. 'job:' .. id
-local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk')
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl')
 if not j[1] then
   return { -1, '', '', '' }
 end
@@ -39,5 +39,7 @@ local due = now_ms()
 while redis.call('EXISTS', P .. 'run:' .. id .. ':' .. num(due)) == 1 do
   due = due + 1
 end
-local _, member = new_run(P, jobKey, id, num(due), j[3], j[4], 'ready')
-return { 1, j[5] == 'cron' and j[1] or 'ready', member, j[3] }
+local _, member = new_run(P, id, num(due), j[3], j[4], 'ready')
+redis.call('HSET', jobKey, 'rl', rl_add(j[6], num(due)))
+flush_ready(P)
+return { 1, j[5] == 'cron' and j[1] or 'ready', member, field(j[3], 'default') }

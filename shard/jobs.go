@@ -37,17 +37,30 @@ type encodedJob struct {
 	shard ID
 	kind  string
 	when  string
-	def   []string
+	queue string
+	pri   string
+	def   []string // field/value pairs that differ from fieldDefaults
 	dh    string
 	cron  *job.Cron
 }
 
+// Job hash fields and the defaults that are not stored (the scripts and decodeInfo
+// apply them): a job hash holds only what differs, which keeps it small.
+var fieldDefaults = map[string]string{
+	"q": job.DefaultQueue, "pr": strconv.Itoa(job.DefaultPriority), "sk": "at",
+	"ma": strconv.Itoa(job.DefaultMaxAttempts), "ib": "1000", "mb": "3600000", "mu": "2", "ji": "0.2",
+	"to": strconv.FormatInt(job.DefaultTimeout.Milliseconds(), 10),
+	"vt": strconv.FormatInt(job.DefaultVisibility.Milliseconds(), 10),
+	"ov": string(job.OverlapSkip), "mf": string(job.MisfireRunOnce),
+	"mt": strconv.FormatInt(job.DefaultMisfireAfter.Milliseconds(), 10),
+}
+
 // encode turns a normalised job into create_jobs arguments.
 func encode(j *job.Job) (*encodedJob, error) {
-	e := &encodedJob{}
+	e := &encodedJob{queue: j.Queue, pri: strconv.Itoa(j.PriorityOrDefault())}
 	sch := j.Schedule
-	def := []string{
-		"q", j.Queue, "t", j.Type, "p", string(j.Payload), "pr", strconv.Itoa(j.PriorityOrDefault()),
+	all := []string{
+		"q", j.Queue, "t", j.Type, "p", string(j.Payload), "pr", e.pri,
 		"ma", strconv.Itoa(j.Retry.MaxAttempts),
 		"ib", strconv.FormatInt(j.Retry.InitialBackoff.Milliseconds(), 10),
 		"mb", strconv.FormatInt(j.Retry.MaxBackoff.Milliseconds(), 10),
@@ -63,25 +76,33 @@ func encode(j *job.Job) (*encodedJob, error) {
 			return nil, &job.FieldError{Field: "schedule.cron", Msg: err.Error()}
 		}
 		e.kind, e.cron = "cron", c
-		def = append(def, "sk", "cron", "sc", sch.Cron, "tz", sch.TimeZone, "ov", string(j.Overlap),
-			"mf", string(j.Misfire), "mt", strconv.FormatInt(j.MisfireAfter.Milliseconds(), 10))
+		all = append(all, "sk", "cron", "sc", sch.Cron, "tz", sch.TimeZone, "ov", string(j.Overlap),
+			"mf", string(j.Misfire), "mt", strconv.FormatInt(j.MisfireAfter.Milliseconds(), 10), "ver", "1")
 	case !sch.At.IsZero():
 		e.kind, e.when = "at", strconv.FormatInt(sch.At.UnixMilli(), 10)
-		def = append(def, "sk", "at", "sv", "@"+e.when)
+		all = append(all, "sv", "@"+e.when)
 	case sch.Delay > 0:
 		e.kind, e.when = "delay", strconv.FormatInt(sch.Delay.Milliseconds(), 10)
-		def = append(def, "sk", "at", "sv", "+"+e.when)
+		all = append(all, "sv", "+"+e.when)
 	default:
 		e.kind, e.when = "delay", "0"
-		def = append(def, "sk", "at", "sv", "now")
+		all = append(all, "sv", "now")
 	}
 	h := xxhash.New()
-	for _, f := range def {
+	for _, f := range all {
 		_, _ = h.WriteString(f)
 		_, _ = h.Write([]byte{0})
 	}
 	e.dh = strconv.FormatUint(h.Sum64(), 36)
-	e.def = append(def, "dh", e.dh, "ver", "1")
+	for k := 0; k < len(all); k += 2 {
+		if d, ok := fieldDefaults[all[k]]; ok && d == all[k+1] {
+			continue
+		}
+		if all[k+1] == "" && all[k] != "t" {
+			continue
+		}
+		e.def = append(e.def, all[k], all[k+1])
+	}
 	return e, nil
 }
 
@@ -157,7 +178,7 @@ func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs [
 			es = es[n:]
 			args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(len(chunk))}
 			for _, e := range chunk {
-				args = append(args, jobs[e.idx].ID, e.kind, e.when, strconv.Itoa(len(e.def)/2))
+				args = append(args, jobs[e.idx].ID, e.kind, e.when, e.queue, e.pri, e.dh, strconv.Itoa(len(e.def)/2))
 				args = append(args, e.def...)
 			}
 			calls = append(calls, call{s.scripts.CreateJobs, []string{s.keys.Buckets(id)}, args})
@@ -242,6 +263,11 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 }
 
 func decodeInfo(jobID string, m map[string]string) *Info {
+	for f, d := range fieldDefaults {
+		if m[f] == "" {
+			m[f] = d
+		}
+	}
 	atoi := func(f string) int64 { v, _ := strconv.ParseInt(m[f], 10, 64); return v }
 	atof := func(f string) float64 { v, _ := strconv.ParseFloat(m[f], 64); return v }
 	dur := func(f string) time.Duration { return time.Duration(atoi(f)) * time.Millisecond }

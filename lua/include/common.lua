@@ -45,36 +45,101 @@ local function unfile_due(P, bucketsKey, bucketMs, member, score)
   return true
 end
 
+-- Removals from due buckets of members known to be there are collected and sent as one
+-- ZREM per bucket by flush_unfile.
+local unfiles = {}
+local unfileBuckets = {}
+
+local function unfile_later(bucketMs, member, score)
+  local b = num(math.floor(score / bucketMs))
+  local l = unfiles[b]
+  if not l then
+    l = {}
+    unfiles[b] = l
+    table.insert(unfileBuckets, b)
+  end
+  table.insert(l, member)
+end
+
+local function flush_unfile(P, bucketsKey)
+  for _, b in ipairs(unfileBuckets) do
+    local k = P .. 'due:' .. b
+    local l = unfiles[b]
+    for i = 1, #l, 6000 do
+      redis.call('ZREM', k, unpack(l, i, math.min(i + 5999, #l)))
+    end
+    if redis.call('EXISTS', k) == 0 then
+      redis.call('ZREM', bucketsKey, b)
+    end
+  end
+end
+
 -- The job field 'rl' lists the due times of the job's active runs as ",d1,d2,".
-local function runs_add(jobKey, due)
-  local rl = redis.call('HGET', jobKey, 'rl')
+-- These helpers return the new value; callers store it with their other fields.
+local function rl_add(rl, due)
   if not rl or rl == '' then
     rl = ','
   end
-  redis.call('HSET', jobKey, 'rl', rl .. due .. ',')
+  return rl .. due .. ','
 end
 
-local function runs_del(jobKey, due)
-  local rl = redis.call('HGET', jobKey, 'rl')
-  if rl then
-    local s, n = string.gsub(rl, ',' .. due .. ',', ',', 1)
-    if n > 0 then
-      redis.call('HSET', jobKey, 'rl', s)
-    end
+local function rl_del(rl, due)
+  if not rl then
+    return ','
   end
+  return (string.gsub(rl, ',' .. due .. ',', ',', 1))
+end
+
+local function rl_has(rl, due)
+  return rl and string.find(rl, ',' .. due .. ',', 1, true) ~= nil
 end
 
 local function runs_active(rl)
   return rl and rl ~= '' and rl ~= ','
 end
 
+-- Job fields a definition leaves out take these defaults (see shard/jobs.go).
+local function field(v, default)
+  if v == false or v == nil or v == '' then
+    return default
+  end
+  return v
+end
+
 -- ready_score orders a queue: higher priority first, then earlier due time.
 local function ready_score(pri, due)
-  return (9 - tonumber(pri)) * 1e13 + tonumber(due)
+  return (9 - tonumber(field(pri, 5))) * 1e13 + tonumber(due)
+end
+
+-- Additions to ready sets are collected and sent as one ZADD per queue by flush_ready.
+local readyAdds = {}
+local readyQueues = {}
+
+local function add_ready(q, pri, due, member)
+  q = field(q, 'default')
+  local adds = readyAdds[q]
+  if not adds then
+    adds = {}
+    readyAdds[q] = adds
+    table.insert(readyQueues, q)
+  end
+  table.insert(adds, ready_score(pri, due))
+  table.insert(adds, member)
+end
+
+-- flush_ready writes the collected ready runs and returns the queues that got some.
+local function flush_ready(P)
+  for _, q in ipairs(readyQueues) do
+    local adds = readyAdds[q]
+    for k = 1, #adds, 6000 do
+      redis.call('ZADD', P .. 'ready:' .. q, unpack(adds, k, math.min(k + 5999, #adds)))
+    end
+  end
+  return readyQueues
 end
 
 -- enqueue makes an existing run hash ready, or parks it when its job is paused.
--- Returns true when the run went into the ready set.
+-- Returns true when the run will go into the ready set.
 local function enqueue(P, member, q, pri, due, jobState)
   local runKey = P .. 'run:' .. member
   if jobState == 'paused' then
@@ -82,16 +147,21 @@ local function enqueue(P, member, q, pri, due, jobState)
     return false
   end
   redis.call('HSET', runKey, 'st', 'ready')
-  redis.call('ZADD', P .. 'ready:' .. q, ready_score(pri, due), member)
+  add_ready(q, pri, due, member)
   return true
 end
 
--- new_run creates the run hash of a new occurrence, lists it on its job and enqueues it.
-local function new_run(P, jobKey, jobID, due, q, pri, jobState)
+-- new_run creates the run hash of a new occurrence and enqueues it (or parks it). The
+-- caller adds due to the job's 'rl'. Returns whether it will be ready, and its member.
+local function new_run(P, jobID, due, q, pri, jobState)
   local member = jobID .. ':' .. due
-  redis.call('HSET', P .. 'run:' .. member, 'att', 0, 'dl', 0)
-  runs_add(jobKey, due)
-  return enqueue(P, member, q, pri, due, jobState), member
+  if jobState == 'paused' then
+    redis.call('HSET', P .. 'run:' .. member, 'att', 0, 'dl', 0, 'st', 'paused')
+    return false, member
+  end
+  redis.call('HSET', P .. 'run:' .. member, 'att', 0, 'dl', 0, 'st', 'ready')
+  add_ready(q, pri, due, member)
+  return true, member
 end
 
 -- hist records one history entry of a job and keeps the newest `keep`.
