@@ -46,6 +46,11 @@ type Config struct {
 	// MaxSleep caps how long a shard loop sleeps without a wake signal: the safety net
 	// for a lost signal. Default 1s.
 	MaxSleep time.Duration
+	// Coalesce is the shortest sleep between two fires of a shard when runs keep coming
+	// due: runs due within it are fired together, in one call, at most Coalesce late.
+	// It trades a little lateness for far fewer script calls under load. Default 2ms;
+	// a negative value fires every run at its own time.
+	Coalesce time.Duration
 	// Logger receives errors of the loops (rate-limited) and ownership changes. Nil
 	// discards.
 	Logger *slog.Logger
@@ -66,6 +71,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSleep == 0 {
 		c.MaxSleep = time.Second
+	}
+	if c.Coalesce == 0 {
+		c.Coalesce = 2 * time.Millisecond
+	} else if c.Coalesce < 0 {
+		c.Coalesce = 0
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -440,9 +450,13 @@ func (d *Dispatcher) step(ctx context.Context, lease shard.Lease) (time.Duration
 		return d.cfg.MaxSleep, nil
 	}
 	// Sleep lengths are differences of Redis times: the local clock does not matter.
-	// An entry that is still due after a fire (a concurrent update) is retried soon,
-	// not in a hot loop.
-	return max(time.Duration(next-p.Now)*time.Millisecond, time.Millisecond), nil
+	// After a fire, runs due within Coalesce wait for each other; an entry that is still
+	// due after a fire (a concurrent update) is retried soon, not in a hot loop.
+	floor := time.Millisecond
+	if len(p.Entries) > 0 {
+		floor = max(floor, d.cfg.Coalesce)
+	}
+	return max(time.Duration(next-p.Now)*time.Millisecond, floor), nil
 }
 
 // assign returns the shards that member self owns on a ring of the live members. With
