@@ -416,32 +416,32 @@ func (d *Dispatcher) run(ctx context.Context, l *loop) error {
 	}
 }
 
-// step peeks, fires and reaps once; it returns how long to sleep (0: go again now).
+// step fires and reaps once; it returns how long to sleep (0: go again now).
 func (d *Dispatcher) step(ctx context.Context, lease shard.Lease) (time.Duration, error) {
-	p, err := d.store.Peek(ctx, lease.Shard, d.cfg.BatchSize)
+	due, err := d.store.FireDue(ctx, lease, d.cfg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
-	if len(p.Entries) > 0 {
-		plans := make([]shard.FirePlan, len(p.Entries))
-		for i, e := range p.Entries {
-			plans[i] = d.plan.plan(e, p.Now)
+	if len(due.Cron) > 0 {
+		plans := make([]shard.FirePlan, len(due.Cron))
+		for i, e := range due.Cron {
+			plans[i] = d.plan.plan(e, due.Now)
 		}
 		if _, err := d.store.Fire(ctx, lease, plans); err != nil {
 			return 0, err
 		}
 	}
 	reaped := 0
-	if p.NextDeadline >= 0 && p.NextDeadline <= p.Now {
+	if due.NextDeadline >= 0 && due.NextDeadline <= due.Now {
 		if reaped, err = d.store.Reap(ctx, lease, d.cfg.BatchSize); err != nil {
 			return 0, err
 		}
 	}
-	if len(p.Entries) >= d.cfg.BatchSize || reaped >= d.cfg.BatchSize {
+	if due.NextDue == due.Now || reaped >= d.cfg.BatchSize {
 		return 0, nil
 	}
 	next := int64(-1)
-	for _, t := range []int64{p.NextDue, p.NextDeadline} {
+	for _, t := range []int64{due.NextDue, due.NextDeadline} {
 		if t >= 0 && (next < 0 || t < next) {
 			next = t
 		}
@@ -453,10 +453,10 @@ func (d *Dispatcher) step(ctx context.Context, lease shard.Lease) (time.Duration
 	// After a fire, runs due within Coalesce wait for each other; an entry that is still
 	// due after a fire (a concurrent update) is retried soon, not in a hot loop.
 	floor := time.Millisecond
-	if len(p.Entries) > 0 {
+	if due.Fired > 0 || len(due.Cron) > 0 {
 		floor = max(floor, d.cfg.Coalesce)
 	}
-	return max(time.Duration(next-p.Now)*time.Millisecond, floor), nil
+	return max(time.Duration(next-due.Now)*time.Millisecond, floor), nil
 }
 
 // assign returns the shards that member self owns on a ring of the live members. With

@@ -10,8 +10,7 @@
 -- ARGV[4] keep       count   history entries kept per job
 -- ARGV[5] retention  ms      how long a cancelled job is kept
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue,
---               P..'hist:'..id
+-- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { code, state, running }
 --   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
@@ -50,9 +49,9 @@ for due in string.gmatch(j[3] or '', '[^,]+') do
     table.insert(running, member)
     rl = rl .. due .. ','
   else
-    if r[1] == 'ready' then
-      redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
-    elseif r[1] == 'retrying' then
+    -- Ready (with or without a run hash yet), waiting for a retry, or parked.
+    redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
+    if r[1] == 'retrying' then
       unfile_due(P, bucketsKey, bucketMs, member, tonumber(r[2]))
     end
     redis.call('DEL', runKey)
@@ -63,7 +62,6 @@ if j[4] and j[4] ~= '' then
 end
 
 redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')
-hist(P, id, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
+hist(jobKey, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
 redis.call('PEXPIRE', jobKey, retention)
-redis.call('PEXPIRE', P .. 'hist:' .. id, retention)
 return { 1, 'cancelled', running }

@@ -28,22 +28,21 @@ for k = 1, #popped, 2 do
   local runKey = P .. 'run:' .. member
   local id = split_run(member)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'sk')
-  local r = redis.call('HMGET', runKey, 'att', 'dl')
-  if not j[1] or not r[1] then
+  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma')
+  if not j[1] then
     -- Orphan (the job expired or was removed): drop it.
     redis.call('DEL', runKey)
   else
-    local att = tonumber(r[1]) + 1
+    -- A run's hash appears at its first claim; the job's state stays 'ready' while it
+    -- runs (readers tell a running run from its hash).
+    local r = redis.call('HMGET', runKey, 'att', 'dl')
+    local att = (tonumber(r[1]) or 0) + 1
     local dl = (tonumber(r[2]) or 0) + 1
     local token = dl .. '-' .. nonce
     local vt = tonumber(field(j[4], 30000))
     redis.call('HSET', runKey, 'st', 'running', 'att', att, 'dl', dl, 'tok', token, 'wk', worker, 'sa', now)
     table.insert(inflight, now + vt)
     table.insert(inflight, member)
-    if field(j[6], 'at') == 'at' then
-      redis.call('HSET', jobKey, 'st', 'running')
-    end
     table.insert(out, member)
     table.insert(out, token)
     table.insert(out, att)

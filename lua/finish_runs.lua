@@ -22,8 +22,7 @@
 --           'handback' ready again at once without using an attempt (worker shutdown)
 --   A run whose job was cancelled while it ran ends cancelled whatever the outcome.
 --
--- Derived keys: P..'run:'..member, P..'job:'..id, P..'hist:'..id, P..'due:'..bucket,
---               P..'ready:'..queue
+-- Derived keys: P..'run:'..member, P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { results, queues }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
@@ -64,7 +63,7 @@ local function finish(member, outcome, token, errmsg, delay)
   table.insert(leaving, member)
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'ib', 'bf', 'mb', 'mu', 'ji', 'rl')
+  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'ib', 'bf', 'mb', 'mu', 'ji', 'rl', 'h')
   local st, q, pri, rl = j[1], j[3], j[4], j[11]
   local att = tonumber(r[3]) or 1
   if r[2] == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
@@ -113,11 +112,13 @@ local function finish(member, outcome, token, errmsg, delay)
       end
       redis.call('HSET', runKey, 'st', 'retrying', 'ra', num(when), 'tok', '')
       file_due(P, bucketsKey, bucketMs, member, when)
-      if once and st ~= 'paused' then
-        redis.call('HSET', jobKey, 'st', 'retrying')
-      end
       entry.r = when
-      hist(P, id, keep, entry)
+      local h = hist_push(j[12], keep, entry)
+      if once and st ~= 'paused' then
+        redis.call('HSET', jobKey, 'st', 'retrying', 'h', h)
+      else
+        redis.call('HSET', jobKey, 'h', h)
+      end
       return 1
     end
     -- Out of attempts: dead-letter set. The run hash stays for a requeue.
@@ -125,12 +126,12 @@ local function finish(member, outcome, token, errmsg, delay)
     redis.call('ZADD', deadKey, now, member)
     entry.o = 'dead'
     entry.er = errmsg
-    hist(P, id, keep, entry)
+    local h = hist_push(j[12], keep, entry)
     rl = rl_del(rl, due)
     if once then
-      redis.call('HSET', jobKey, 'st', 'dead', 'rl', rl)
+      redis.call('HSET', jobKey, 'st', 'dead', 'rl', rl, 'h', h)
     else
-      redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '')
+      redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '', 'h', h)
     end
     return 1
   end
@@ -144,17 +145,16 @@ local function finish(member, outcome, token, errmsg, delay)
     entry.o = 'cancelled'
     entry.er = errmsg
   end
-  hist(P, id, keep, entry)
+  local h = hist_push(j[12], keep, entry)
   if once then
     if st == 'cancelled' then
-      redis.call('HSET', jobKey, 'rl', rl)
+      redis.call('HSET', jobKey, 'rl', rl, 'h', h)
     else
-      redis.call('HSET', jobKey, 'st', outcome == 'ok' and 'completed' or 'cancelled', 'rl', rl)
+      redis.call('HSET', jobKey, 'st', outcome == 'ok' and 'completed' or 'cancelled', 'rl', rl, 'h', h)
     end
     redis.call('PEXPIRE', jobKey, retention)
-    redis.call('PEXPIRE', P .. 'hist:' .. id, retention)
   else
-    redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '')
+    redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '', 'h', h)
   end
   return 1
 end

@@ -17,8 +17,7 @@
 --   nfire    count   cron jobs: occurrences to fire that follow (0 for other kinds)
 --   nfire    due ms  ...
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue,
---               P..'hist:'..id
+-- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { fired, queues } runs made ready and the queues that received them,
 --          or -3 when the caller does not hold the lease (nothing changed).
@@ -83,11 +82,11 @@ for _ = 1, n do
           redis.call('HSET', P .. 'run:' .. id .. ':' .. d, 'att', 0, 'dl', 0, 'st', 'buffered')
           bf = d
         else
-          hist(P, id, keep, { d = tonumber(d), o = 'skipped' })
+          hist(jobKey, keep, { d = tonumber(d), o = 'skipped' })
         end
       end
       if missed > 0 then
-        hist(P, id, keep, { d = score, o = 'missed', m = missed })
+        hist(jobKey, keep, { d = score, o = 'missed', m = missed })
       end
       if next > 0 then
         file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next)

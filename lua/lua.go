@@ -77,7 +77,7 @@ type Script struct {
 // Scripts holds one loaded script per operation. It is read-only and safe for concurrent use.
 type Scripts struct {
 	CreateJobs      *Script
-	PeekDue         *Script
+	FireDue         *Script
 	FireRuns        *Script
 	ClaimRuns       *Script
 	ExtendRuns      *Script
@@ -96,7 +96,7 @@ func Load() (*Scripts, error) {
 	s := &Scripts{}
 	for name, dst := range map[string]**Script{
 		"create_jobs":      &s.CreateJobs,
-		"peek_due":         &s.PeekDue,
+		"fire_due":         &s.FireDue,
 		"fire_runs":        &s.FireRuns,
 		"claim_runs":       &s.ClaimRuns,
 		"extend_runs":      &s.ExtendRuns,

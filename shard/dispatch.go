@@ -78,19 +78,18 @@ func (s *Store) Heartbeat(ctx context.Context, name string, ttl time.Duration, l
 	return names, nil
 }
 
-// Due kinds, as peek_due reports them.
+// Due kinds.
 const (
 	KindOnce  = "once"  // first run of a one-time job
 	KindRetry = "retry" // a run waiting for its next attempt
 	KindCron  = "cron"  // the next occurrence of a recurring job
-	KindGone  = "gone"  // the job no longer exists
 )
 
-// DueEntry is one due run as peek_due saw it.
+// DueEntry is one due cron occurrence as fire_due saw it.
 type DueEntry struct {
 	Member       string
 	Due          int64 // the run's due time (ms), from its member
-	Score        int64 // when it became due (ms); a retry's score is its retry time
+	Score        int64 // when it became due (ms)
 	Kind         string
 	Cron, TZ     string
 	Version      string
@@ -98,37 +97,41 @@ type DueEntry struct {
 	MisfireAfter time.Duration
 }
 
-// Peek is what a dispatcher learns about one shard in one round trip.
-type Peek struct {
+// Due is what one fire_due call did and saw on a shard.
+type Due struct {
 	Now          int64 // Redis TIME, ms
 	NextDue      int64 // earliest due time after Now; Now when more is due; -1 nothing
 	NextDeadline int64 // earliest visibility deadline; -1 nothing in flight
-	Entries      []DueEntry
+	Fired        int   // one-time runs and retries made ready
+	Cron         []DueEntry
 }
 
-// Peek reads up to limit due runs of a shard. It changes nothing.
-func (s *Store) Peek(ctx context.Context, id ID, limit int) (*Peek, error) {
-	reply, err := s.exec1(ctx, call{s.scripts.PeekDue, []string{s.keys.Buckets(id), s.keys.Inflight(id)},
-		[]string{s.keys.Prefix(id), strconv.Itoa(limit)}}).ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("peek shard %d: %w", id, err)
+// FireDue fires, under lease, up to limit due one-time runs and retries of a shard and
+// returns the due cron occurrences for the caller to plan and Fire. It signals the
+// queues that got runs, and returns ErrLeaseLost when the lease is gone.
+func (s *Store) FireDue(ctx context.Context, l Lease, limit int) (*Due, error) {
+	r := s.exec1(ctx, call{s.scripts.FireDue, []string{s.keys.Buckets(l.Shard), s.keys.Inflight(l.Shard), s.keys.Lease(l.Shard)},
+		[]string{s.keys.Prefix(l.Shard), strconv.FormatInt(s.bucketMs, 10), l.value(), strconv.Itoa(limit)}})
+	if code, err := r.AsInt64(); err == nil && code < 0 {
+		return nil, codeError(code)
 	}
-	if len(reply) != 4 {
-		return nil, fmt.Errorf("peek shard %d: unexpected reply of %d entries", id, len(reply))
+	reply, err := r.ToArray()
+	if err != nil || len(reply) != 6 {
+		return nil, fmt.Errorf("fire due runs of shard %d: %v", l.Shard, err)
 	}
-	p := &Peek{Now: i64(reply[0]), NextDue: i64(reply[1]), NextDeadline: i64(reply[2])}
-	raw := arr(reply[3])
-	p.Entries = make([]DueEntry, 0, len(raw)/8)
-	for k := 0; k+7 < len(raw); k += 8 {
+	d := &Due{Now: i64(reply[0]), NextDue: i64(reply[1]), NextDeadline: i64(reply[2]), Fired: int(i64(reply[3]))}
+	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[4])))
+	raw := arr(reply[5])
+	for k := 0; k+6 < len(raw); k += 7 {
 		e := DueEntry{
-			Member: str(raw[k]), Score: i64(raw[k+1]), Kind: str(raw[k+2]),
-			Cron: str(raw[k+3]), TZ: str(raw[k+4]), Version: str(raw[k+5]), Misfire: str(raw[k+6]),
-			MisfireAfter: time.Duration(i64(raw[k+7])) * time.Millisecond,
+			Member: str(raw[k]), Score: i64(raw[k+1]), Kind: KindCron,
+			Cron: str(raw[k+2]), TZ: str(raw[k+3]), Version: str(raw[k+4]), Misfire: str(raw[k+5]),
+			MisfireAfter: time.Duration(i64(raw[k+6])) * time.Millisecond,
 		}
 		_, e.Due, _ = SplitMember(e.Member)
-		p.Entries = append(p.Entries, e)
+		d.Cron = append(d.Cron, e)
 	}
-	return p, nil
+	return d, nil
 }
 
 // FirePlan is what to do with one due entry. For a cron entry the dispatcher fills in
@@ -141,7 +144,7 @@ type FirePlan struct {
 }
 
 // Fire carries out plans under lease: due runs move to their ready sets (if they are
-// still due as peeked), recurring jobs are filed at their next occurrence. It signals
+// still due as FireDue saw them), recurring jobs are filed at their next occurrence. It signals
 // the queues that got runs and returns how many runs became ready, or ErrLeaseLost.
 func (s *Store) Fire(ctx context.Context, l Lease, plans []FirePlan) (fired int, err error) {
 	args := make([]string, 0, 5+len(plans)*7)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -259,6 +260,15 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 	if exp, err := res[1].AsInt64(); err == nil && exp > 0 {
 		info.Expires = time.UnixMilli(exp)
 	}
+	// A one-time job stays 'ready' in Redis while its run runs; its run hash tells.
+	if info.State == job.StateReady && !info.Schedule.IsRecurring() {
+		if due := strings.Trim(m["rl"], ","); due != "" && !strings.Contains(due, ",") {
+			st, err := s.c.Do(ctx, s.c.B().Hget().Key(s.keys.Run(id, jobID+":"+due)).Field("st").Build()).ToString()
+			if err == nil && (st == "running" || st == "cancelled") {
+				info.State = job.StateRunning
+			}
+		}
+	}
 	return info, nil
 }
 
@@ -328,20 +338,24 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 		return nil, err
 	}
 	id := s.ShardOf(jobID)
-	res := s.c.DoMulti(ctx,
-		s.c.B().Exists().Key(s.keys.Job(id, jobID)).Build(),
-		s.c.B().Lrange().Key(s.keys.Hist(id, jobID)).Start(0).Stop(int64(s.cfg.History-1)).Build())
-	if n, err := res[0].AsInt64(); err != nil {
-		return nil, fmt.Errorf("runs of job %q: %w", jobID, err)
-	} else if n == 0 {
+	f, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.keys.Job(id, jobID)).Field("st", "h").Build()).ToArray()
+	if err != nil || len(f) != 2 {
+		return nil, fmt.Errorf("runs of job %q: %v", jobID, err)
+	}
+	if f[0].IsNil() {
 		return nil, ErrNotFound
 	}
-	raw, err := res[1].AsStrSlice()
-	if err != nil {
-		return nil, fmt.Errorf("runs of job %q: %w", jobID, err)
+	return decodeHistory(jobID, str(f[1]))
+}
+
+// decodeHistory decodes a job's 'h' field: cjson entries, newest first, one per line.
+func decodeHistory(jobID, h string) ([]job.Run, error) {
+	if h == "" {
+		return []job.Run{}, nil
 	}
-	runs := make([]job.Run, 0, len(raw))
-	for _, r := range raw {
+	lines := strings.Split(h, "\n")
+	runs := make([]job.Run, 0, len(lines))
+	for _, r := range lines {
 		var e histEntry
 		if err := json.Unmarshal([]byte(r), &e); err != nil {
 			return nil, fmt.Errorf("runs of job %q: decode history entry: %w", jobID, err)

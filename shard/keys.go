@@ -61,11 +61,8 @@ func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 // Epoch is the shard's fencing counter; it never expires. // STRING
 func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 
-// Job holds a job's definition and state. // HASH
+// Job holds a job's definition, its state and its recent runs (field 'h'). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
-
-// Hist holds a job's recent runs, newest first. // LIST
-func (k *Keys) Hist(id ID, jobID string) string { return k.prefixes[id] + "hist:" + jobID }
 
 // Run holds one active run; member is `<jobID>:<due ms>`. // HASH
 func (k *Keys) Run(id ID, member string) string { return k.prefixes[id] + "run:" + member }

@@ -5,7 +5,7 @@
 --   P..'run:'..member  HASH  one active run; member = id..':'..due_ms
 --   P..'due:'..bucket  ZSET  runs due in one bucket; score = when they become ready (ms)
 --   P..'ready:'..queue ZSET  ready runs; score = (9-priority)*1e13 + due_ms
---   P..'hist:'..id     LIST  recent runs of a job, newest first, cjson entries
+--   job field 'h'            recent runs of a job: cjson entries, newest first, one per line
 
 -- now_ms returns the Redis server's clock in milliseconds.
 local function now_ms()
@@ -151,24 +151,46 @@ local function enqueue(P, member, q, pri, due, jobState)
   return true
 end
 
--- new_run creates the run hash of a new occurrence and enqueues it (or parks it). The
--- caller adds due to the job's 'rl'. Returns whether it will be ready, and its member.
+-- new_run enqueues a new occurrence (or parks it when the job is paused). Its run hash
+-- is created when it is first claimed (or parked): a ready run without one has had no
+-- attempt yet. The caller adds due to the job's 'rl'. Returns whether it will be ready,
+-- and its member.
 local function new_run(P, jobID, due, q, pri, jobState)
   local member = jobID .. ':' .. due
   if jobState == 'paused' then
-    redis.call('HSET', P .. 'run:' .. member, 'att', 0, 'dl', 0, 'st', 'paused')
+    redis.call('HSET', P .. 'run:' .. member, 'st', 'paused')
     return false, member
   end
-  redis.call('HSET', P .. 'run:' .. member, 'att', 0, 'dl', 0, 'st', 'ready')
   add_ready(q, pri, due, member)
   return true, member
 end
 
--- hist records one history entry of a job and keeps the newest `keep`.
-local function hist(P, jobID, keep, entry)
-  local k = P .. 'hist:' .. jobID
-  redis.call('LPUSH', k, cjson.encode(entry))
-  redis.call('LTRIM', k, 0, keep - 1)
+-- A job's recent runs live in its field 'h': cjson entries (which never contain a raw
+-- newline), newest first, one per line. hist_push returns h with entry in front,
+-- trimmed to the newest keep; callers that write the job anyway store it with their
+-- other fields.
+local function hist_push(h, keep, entry)
+  local s = cjson.encode(entry)
+  if not h or h == '' then
+    return s
+  end
+  s = s .. '\n' .. h
+  local pos, count = 0, 0
+  while true do
+    pos = string.find(s, '\n', pos + 1, true)
+    if not pos then
+      return s
+    end
+    count = count + 1
+    if count >= keep then
+      return string.sub(s, 1, pos - 1)
+    end
+  end
+end
+
+-- hist records one history entry of a job on its own (two calls).
+local function hist(jobKey, keep, entry)
+  redis.call('HSET', jobKey, 'h', hist_push(redis.call('HGET', jobKey, 'h'), keep, entry))
 end
 
 -- final reports whether a job state is final.

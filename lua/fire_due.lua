@@ -1,0 +1,106 @@
+-- fire_due: under the caller's shard lease, move the shard's due one-time runs and
+-- retries to their ready sets, and return the due occurrences of cron jobs, which the
+-- dispatcher plans (next time, misfire policy) and fires with fire_runs. One call per
+-- wake-up of a shard loop in the common case.
+--
+-- KEYS[1] buckets   ZSET    index of non-empty due buckets
+-- KEYS[2] inflight  ZSET    claimed runs; score = visibility deadline ms
+-- KEYS[3] lease     STRING  `owner:epoch` of the dispatcher that owns the shard
+-- ARGV[1] prefix    string  shard key prefix
+-- ARGV[2] bucket    ms      due bucket width
+-- ARGV[3] lease     string  the caller's `owner:epoch`
+-- ARGV[4] limit     count   most due entries to handle
+--
+-- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'run:'..member, P..'ready:'..queue
+--
+-- Returns: { now, next_due, next_deadline, fired, queues, cron }
+--   now            the server's clock, ms
+--   next_due       earliest due time after now (ms), now when more entries are due than
+--                  limit, -1 when nothing is scheduled
+--   next_deadline  earliest visibility deadline of a claimed run (ms), -1 when none
+--   fired          runs made ready; queues: the queues that received them
+--   cron           per due cron occurrence (left in place for fire_runs), 7 entries:
+--                  member, score, cron, tz, version, misfire policy, misfire threshold ms
+--   or -3 when the caller does not hold the lease (nothing changed).
+--- @include "common"
+
+local bucketsKey, inflightKey, leaseKey = KEYS[1], KEYS[2], KEYS[3]
+local P = ARGV[1]
+local bucketMs = tonumber(ARGV[2])
+local limit = tonumber(ARGV[4])
+
+if redis.call('GET', leaseKey) ~= ARGV[3] then
+  return -3
+end
+
+local now = now_ms()
+local cron = {}
+local count, fired = 0, 0
+
+local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', now, 'LIMIT', 0, 64)
+for _, b in ipairs(buckets) do
+  if count >= limit then
+    break
+  end
+  local due = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - count)
+  for k = 1, #due, 2 do
+    local member, score = due[k], tonumber(due[k + 1])
+    count = count + 1
+    local id, d = split_run(member)
+    local jobKey = P .. 'job:' .. id
+    local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk', 'sc', 'tz', 'ver', 'mf', 'mt')
+    local st, rl, q, pri = j[1], j[2], j[3], j[4]
+    local once = field(j[5], 'at') == 'at'
+    if not st then
+      -- The job is gone.
+      unfile_later(bucketMs, member, score)
+      redis.call('DEL', P .. 'run:' .. member)
+    elseif rl_has(rl, d) then
+      -- A retry (or snoozed run) whose time has come.
+      unfile_later(bucketMs, member, score)
+      if enqueue(P, member, q, pri, d, st) then
+        fired = fired + 1
+        if once then
+          redis.call('HSET', jobKey, 'st', 'ready')
+        end
+      end
+    elseif final(st) or st == 'paused' then
+      unfile_later(bucketMs, member, score)
+    elseif once then
+      unfile_later(bucketMs, member, score)
+      new_run(P, id, d, q, pri, st)
+      fired = fired + 1
+      redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, d))
+    else
+      table.insert(cron, member)
+      table.insert(cron, score)
+      table.insert(cron, j[6])
+      table.insert(cron, field(j[7], ''))
+      table.insert(cron, field(j[8], ''))
+      table.insert(cron, field(j[9], 'run_once'))
+      table.insert(cron, field(j[10], '60000'))
+    end
+  end
+end
+flush_unfile(P, bucketsKey)
+
+local nextDue = -1
+if count >= limit then
+  nextDue = now
+else
+  for _, b in ipairs(redis.call('ZRANGE', bucketsKey, 0, 2)) do
+    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. num(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if first[2] then
+      nextDue = tonumber(first[2])
+      break
+    end
+  end
+end
+
+local nextDeadline = -1
+local dl = redis.call('ZRANGE', inflightKey, 0, 0, 'WITHSCORES')
+if dl[2] then
+  nextDeadline = tonumber(dl[2])
+end
+
+return { now, nextDue, nextDeadline, fired, flush_ready(P), cron }
