@@ -63,8 +63,8 @@ local function finish(member, outcome, token, errmsg, delay)
   table.insert(leaving, member)
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'ib', 'bf', 'mb', 'mu', 'ji', 'rl', 'h')
-  local st, q, pri, rl = j[1], j[3], j[4], j[11]
+  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'rl', 'h', 'bf')
+  local st, q, pri, rl = j[1], j[3], j[4], j[6]
   local att = tonumber(r[3]) or 1
   if r[2] == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
     outcome = 'cancel'
@@ -86,7 +86,7 @@ local function finish(member, outcome, token, errmsg, delay)
 
   -- release_buffered makes a recurring job's buffered occurrence ready; returns the new rl.
   local function release_buffered()
-    local bf = j[7]
+    local bf = j[8]
     if once or not bf or bf == '' or final(st) then
       return rl
     end
@@ -103,9 +103,10 @@ local function finish(member, outcome, token, errmsg, delay)
         when = now + delay
         entry.o = 'snoozed'
       else
-        local d = tonumber(field(j[6], 1000)) * tonumber(field(j[9], 2)) ^ (att - 1)
-        d = math.min(d, tonumber(field(j[8], 3600000)))
-        d = d * (1 + tonumber(field(j[10], 0.2)) * (2 * next_rand() - 1))
+        local b = redis.call('HMGET', jobKey, 'ib', 'mb', 'mu', 'ji')
+        local d = tonumber(field(b[1], 1000)) * tonumber(field(b[3], 2)) ^ (att - 1)
+        d = math.min(d, tonumber(field(b[2], 3600000)))
+        d = d * (1 + tonumber(field(b[4], 0.2)) * (2 * next_rand() - 1))
         when = now + math.floor(d)
         entry.o = outcome == 'lost' and 'lost' or 'failed'
         entry.er = errmsg
@@ -113,7 +114,7 @@ local function finish(member, outcome, token, errmsg, delay)
       redis.call('HSET', runKey, 'st', 'retrying', 'ra', num(when), 'tok', '')
       file_due(P, bucketsKey, bucketMs, member, when)
       entry.r = when
-      local h = hist_push(j[12], keep, entry)
+      local h = hist_push(j[7], keep, entry)
       if once and st ~= 'paused' then
         redis.call('HSET', jobKey, 'st', 'retrying', 'h', h)
       else
@@ -126,7 +127,7 @@ local function finish(member, outcome, token, errmsg, delay)
     redis.call('ZADD', deadKey, now, member)
     entry.o = 'dead'
     entry.er = errmsg
-    local h = hist_push(j[12], keep, entry)
+    local h = hist_push(j[7], keep, entry)
     rl = rl_del(rl, due)
     if once then
       redis.call('HSET', jobKey, 'st', 'dead', 'rl', rl, 'h', h)
@@ -145,7 +146,7 @@ local function finish(member, outcome, token, errmsg, delay)
     entry.o = 'cancelled'
     entry.er = errmsg
   end
-  local h = hist_push(j[12], keep, entry)
+  local h = hist_push(j[7], keep, entry)
   if once then
     if st == 'cancelled' then
       redis.call('HSET', jobKey, 'rl', rl, 'h', h)

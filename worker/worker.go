@@ -112,7 +112,8 @@ type Config struct {
 	// Prefetch is how many claimed runs may wait for a free handler slot. Default 0.
 	// Waiting runs are heartbeated like running ones.
 	Prefetch int
-	// ID names the worker in run history. Default: host name plus a random suffix.
+	// ID names the worker in run history: 1 to 100 of [A-Za-z0-9._~-]. Default: host
+	// name plus a random suffix.
 	ID string
 	// Sweep is the interval of the safety-net sweep that claims from every shard in
 	// case a signal was lost. Default 2s.
@@ -132,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
+		if job.ValidateID("host", host, 60) != nil {
+			host = "worker"
+		}
 		c.ID = host + "-" + randHex(4)
 	}
 	if c.Sweep == 0 {
@@ -159,7 +163,8 @@ func (c Config) validate() error {
 			return err
 		}
 	}
-	return nil
+	// The id is written into run history as is.
+	return job.ValidateID("worker: ID", c.ID, 100)
 }
 
 func randHex(n int) string {

@@ -170,7 +170,15 @@ end
 -- trimmed to the newest keep; callers that write the job anyway store it with their
 -- other fields.
 local function hist_push(h, keep, entry)
-  local s = cjson.encode(entry)
+  local s
+  if entry.o == 'succeeded' then
+    -- The common case, without a table encode: every value is a number or a worker id
+    -- ([A-Za-z0-9._~-], see worker.Config.ID).
+    s = '{"d":' .. num(entry.d) .. ',"s":' .. num(entry.s or 0) .. ',"e":' .. num(entry.e) ..
+      ',"w":"' .. (entry.w or '') .. '","a":' .. entry.a .. ',"o":"succeeded"}'
+  else
+    s = cjson.encode(entry)
+  end
   if not h or h == '' then
     return s
   end
