@@ -10,7 +10,7 @@
 -- ARGV[4] keep       count   history entries kept per job
 -- ARGV[5] retention  ms      how long a cancelled job is kept
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { code, state, running }
 --   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
@@ -40,25 +40,31 @@ end
 
 local running = {}
 local rl = ','
+local fields = {}
 for due in string.gmatch(j[3] or '', '[^,]+') do
   local member = id .. ':' .. due
-  local runKey = P .. 'run:' .. member
-  local r = redis.call('HMGET', runKey, 'st', 'ra')
-  if r[1] == 'running' or r[1] == 'cancelled' then
-    redis.call('HSET', runKey, 'st', 'cancelled')
+  local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
+  if r.st == 'running' or r.st == 'cancelled' then
+    -- Its worker learns it from the cancel signal or its next heartbeat.
+    r.st = 'cancelled'
+    table.insert(fields, 'r' .. due)
+    table.insert(fields, run_pack(r))
     table.insert(running, member)
     rl = rl .. due .. ','
   else
-    -- Ready (with or without a run hash yet), waiting for a retry, or parked.
+    -- Ready (with or without a run field yet), waiting for a retry, or parked.
     redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
-    if r[1] == 'retrying' then
-      unfile_due(P, bucketsKey, bucketMs, member, tonumber(r[2]))
+    if r.st == 'retrying' then
+      unfile_due(P, bucketsKey, bucketMs, member, tonumber(r.ra))
     end
-    redis.call('DEL', runKey)
+    redis.call('HDEL', jobKey, 'r' .. due)
   end
 end
 if j[4] and j[4] ~= '' then
-  redis.call('DEL', P .. 'run:' .. id .. ':' .. j[4])
+  redis.call('HDEL', jobKey, 'r' .. j[4])
+end
+if #fields > 0 then
+  redis.call('HSET', jobKey, unpack(fields))
 end
 
 redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')

@@ -8,7 +8,7 @@
 -- ARGV[3] worker    string  the claiming worker's id (recorded in history)
 -- ARGV[4] nonce     string  random per worker process; part of each token
 --
--- Derived keys: P..'run:'..member, P..'job:'..id
+-- Derived keys: P..'job:'..id
 --
 -- Returns: { now, runs } where runs holds, per claimed run, 8 entries: member, token,
 --          attempt (1-based), type, payload, timeout ms, visibility ms, max attempts.
@@ -25,27 +25,23 @@ local inflight = {}
 local popped = redis.call('ZPOPMIN', readyKey, n)
 for k = 1, #popped, 2 do
   local member = popped[k]
-  local runKey = P .. 'run:' .. member
-  local id = split_run(member)
+  local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma')
-  if not j[1] then
-    -- Orphan (the job expired or was removed): drop it.
-    redis.call('DEL', runKey)
-  else
-    -- A run's hash appears at its first claim; the job's state stays 'ready' while it
-    -- runs (readers tell a running run from its hash).
-    local r = redis.call('HMGET', runKey, 'att', 'dl')
-    local att = (tonumber(r[1]) or 0) + 1
-    local dl = (tonumber(r[2]) or 0) + 1
-    local token = dl .. '-' .. nonce
+  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'r' .. due)
+  -- An orphan (its job expired or was removed) is dropped.
+  if j[1] then
+    -- The job's state stays 'ready' while a one-time run runs (readers tell a running
+    -- run from its field).
+    local r = run_get(j[6])
+    r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
+    r.tok, r.wk, r.sa = r.dl .. '-' .. nonce, worker, num(now)
     local vt = tonumber(field(j[4], 30000))
-    redis.call('HSET', runKey, 'st', 'running', 'att', att, 'dl', dl, 'tok', token, 'wk', worker, 'sa', now)
+    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
     table.insert(inflight, now + vt)
     table.insert(inflight, member)
     table.insert(out, member)
-    table.insert(out, token)
-    table.insert(out, att)
+    table.insert(out, r.tok)
+    table.insert(out, r.att)
     table.insert(out, j[1])
     table.insert(out, j[2] or '')
     table.insert(out, tonumber(field(j[3], 1800000)))

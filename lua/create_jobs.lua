@@ -16,7 +16,7 @@
 --                    take their defaults, see common's `field` callers)
 --   ndef*2   field, value ...
 --
--- Derived keys: P..'job:'..id, P..'run:'..id..':'..due, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
 --
@@ -86,7 +86,7 @@ for _ = 1, n do
       if kind ~= 'cron' and due <= now then
         -- Due already: its run goes straight to the ready set.
         state, next, rl = 'ready', 0, ',' .. dueStr .. ','
-        new_run(P, id, dueStr, q, pri, state)
+        new_run(id, dueStr, q, pri)
       else
         state, next, rl = 'scheduled', due, ','
         local b = num(math.floor(due / bucketMs))

@@ -5,7 +5,7 @@
 -- ARGV[2] n         count   runs that follow
 -- then per run: member, token
 --
--- Derived keys: P..'run:'..member, P..'job:'..id
+-- Derived keys: P..'job:'..id
 --
 -- Returns: per run, 1 extended, 0 cancelled (the handler should stop; its deadline is
 --          still extended so the cancellation is not taken for a lost worker),
@@ -21,14 +21,15 @@ local out = {}
 for k = 3, 2 + n * 2, 2 do
   local member, token = ARGV[k], ARGV[k + 1]
   -- A run that leaves the inflight set loses its token, so the token alone proves it.
-  local r = redis.call('HMGET', P .. 'run:' .. member, 'tok', 'st')
-  if r[1] ~= token then
+  local id, due = split_run(member)
+  local j = redis.call('HMGET', P .. 'job:' .. id, 'vt', 'r' .. due)
+  local r = run_get(j[2])
+  if r.tok == '' or r.tok ~= token then
     table.insert(out, -2)
   else
-    local id = split_run(member)
-    local vt = tonumber(field(redis.call('HGET', P .. 'job:' .. id, 'vt'), 30000))
+    local vt = tonumber(field(j[1], 30000))
     redis.call('ZADD', inflightKey, 'XX', now + vt, member)
-    if r[2] == 'cancelled' then
+    if r.st == 'cancelled' then
       table.insert(out, 0)
     else
       table.insert(out, 1)

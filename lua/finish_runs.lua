@@ -22,7 +22,7 @@
 --           'handback' ready again at once without using an attempt (worker shutdown)
 --   A run whose job was cancelled while it ran ends cancelled whatever the outcome.
 --
--- Derived keys: P..'run:'..member, P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { results, queues }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
@@ -54,44 +54,45 @@ local function next_rand()
 end
 
 local function finish(member, outcome, token, errmsg, delay)
-  local runKey = P .. 'run:' .. member
-  local r = redis.call('HMGET', runKey, 'tok', 'st', 'att', 'wk', 'sa')
+  local id, due = split_run(member)
+  local jobKey = P .. 'job:' .. id
+  local rf = 'r' .. due
+  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'rl', 'h', 'bf', rf)
+  local r = run_get(j[9])
   -- A run holds a token only while it is in flight.
-  if not r[1] or r[1] == '' or (token and r[1] ~= token) then
+  if r.tok == '' or (token and r.tok ~= token) then
     return -2
   end
   table.insert(leaving, member)
-  local id, due = split_run(member)
-  local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'rl', 'h', 'bf')
   local st, q, pri, rl = j[1], j[3], j[4], j[6]
-  local att = tonumber(r[3]) or 1
-  if r[2] == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
+  if r.st == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
     outcome = 'cancel'
   end
-  if not st then
-    redis.call('DEL', runKey)
-    return 1
-  end
-  local entry = { d = tonumber(due), s = tonumber(r[5]), e = now, w = r[4], a = att }
+  local att = r.att
+  local entry = { d = tonumber(due), s = tonumber(r.sa), e = now, w = r.wk, a = att }
   local once = field(j[2], 'at') == 'at'
+  r.tok = ''
 
-  if outcome == 'handback' then
-    redis.call('HSET', runKey, 'att', att - 1, 'tok', '')
-    if enqueue(P, member, q, pri, due, st) and once then
-      redis.call('HSET', jobKey, 'st', 'ready')
-    end
-    return 1
-  end
-
-  -- release_buffered makes a recurring job's buffered occurrence ready; returns the new rl.
+  -- release_buffered makes a recurring job's buffered occurrence ready: returns the new
+  -- rl and the field/value pair of the released run.
   local function release_buffered()
     local bf = j[8]
     if once or not bf or bf == '' or final(st) then
-      return rl
+      return rl, 'bf', ''
     end
-    enqueue(P, id .. ':' .. bf, q, pri, bf, st)
-    return rl_add(rl, bf)
+    local b = run_get(redis.call('HGET', jobKey, 'r' .. bf))
+    enqueue(b, id .. ':' .. bf, q, pri, bf, st)
+    return rl_add(rl, bf), 'r' .. bf, run_pack(b)
+  end
+
+  if outcome == 'handback' then
+    r.att = att - 1
+    if enqueue(r, member, q, pri, due, st) and once then
+      redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'ready')
+    else
+      redis.call('HSET', jobKey, rf, run_pack(r))
+    end
+    return 1
   end
 
   if outcome == 'error' or outcome == 'lost' or outcome == 'snooze' then
@@ -99,7 +100,7 @@ local function finish(member, outcome, token, errmsg, delay)
     if outcome == 'snooze' or att < ma then
       local when
       if outcome == 'snooze' then
-        redis.call('HSET', runKey, 'att', att - 1)
+        r.att = att - 1
         when = now + delay
         entry.o = 'snoozed'
       else
@@ -111,34 +112,34 @@ local function finish(member, outcome, token, errmsg, delay)
         entry.o = outcome == 'lost' and 'lost' or 'failed'
         entry.er = errmsg
       end
-      redis.call('HSET', runKey, 'st', 'retrying', 'ra', num(when), 'tok', '')
+      r.st, r.ra = 'retrying', num(when)
       file_due(P, bucketsKey, bucketMs, member, when)
       entry.r = when
       local h = hist_push(j[7], keep, entry)
       if once and st ~= 'paused' then
-        redis.call('HSET', jobKey, 'st', 'retrying', 'h', h)
+        redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'retrying', 'h', h)
       else
-        redis.call('HSET', jobKey, 'h', h)
+        redis.call('HSET', jobKey, rf, run_pack(r), 'h', h)
       end
       return 1
     end
-    -- Out of attempts: dead-letter set. The run hash stays for a requeue.
-    redis.call('HSET', runKey, 'st', 'dead', 'er', errmsg, 'ea', now, 'tok', '')
+    -- Out of attempts: dead-letter set. The run's field stays for a requeue.
+    r.st, r.ra, r.er = 'dead', num(now), errmsg
     redis.call('ZADD', deadKey, now, member)
     entry.o = 'dead'
     entry.er = errmsg
     local h = hist_push(j[7], keep, entry)
     rl = rl_del(rl, due)
     if once then
-      redis.call('HSET', jobKey, 'st', 'dead', 'rl', rl, 'h', h)
+      redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'dead', 'rl', rl, 'h', h)
     else
-      redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '', 'h', h)
+      local nrl, bfField, bfValue = release_buffered()
+      redis.call('HSET', jobKey, rf, run_pack(r), 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
     end
     return 1
   end
 
   -- Succeeded or cancelled: the run is over.
-  redis.call('DEL', runKey)
   rl = rl_del(rl, due)
   if outcome == 'ok' then
     entry.o = 'succeeded'
@@ -148,14 +149,18 @@ local function finish(member, outcome, token, errmsg, delay)
   end
   local h = hist_push(j[7], keep, entry)
   if once then
+    -- The finished job expires whole; its run field goes with it.
+    r.st = outcome == 'ok' and 'succeeded' or 'cancelled'
     if st == 'cancelled' then
-      redis.call('HSET', jobKey, 'rl', rl, 'h', h)
+      redis.call('HSET', jobKey, rf, run_pack(r), 'rl', rl, 'h', h)
     else
-      redis.call('HSET', jobKey, 'st', outcome == 'ok' and 'completed' or 'cancelled', 'rl', rl, 'h', h)
+      redis.call('HSET', jobKey, rf, run_pack(r), 'st', outcome == 'ok' and 'completed' or 'cancelled', 'rl', rl, 'h', h)
     end
     redis.call('PEXPIRE', jobKey, retention)
   else
-    redis.call('HSET', jobKey, 'rl', release_buffered(), 'bf', '', 'h', h)
+    local nrl, bfField, bfValue = release_buffered()
+    redis.call('HSET', jobKey, 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
+    redis.call('HDEL', jobKey, rf)
   end
   return 1
 end
@@ -174,7 +179,7 @@ if mode == 'reap' then
     if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
       reaped = reaped + 1
     else
-      -- In flight without a run or token: nothing to recover; drop it.
+      -- In flight without a held run (its job is gone): nothing to recover; drop it.
       table.insert(leaving, member)
     end
   end

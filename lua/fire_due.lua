@@ -11,7 +11,7 @@
 -- ARGV[3] lease     string  the caller's `owner:epoch`
 -- ARGV[4] limit     count   most due entries to handle
 --
--- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'run:'..member, P..'ready:'..queue
+-- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue
 --
 -- Returns: { now, next_due, next_deadline, fired, queues, cron }
 --   now            the server's clock, ms
@@ -48,27 +48,29 @@ for _, b in ipairs(buckets) do
     count = count + 1
     local id, d = split_run(member)
     local jobKey = P .. 'job:' .. id
-    local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk', 'sc', 'tz', 'ver', 'mf', 'mt')
+    local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk', 'sc', 'tz', 'ver', 'mf', 'mt', 'r' .. d)
     local st, rl, q, pri = j[1], j[2], j[3], j[4]
     local once = field(j[5], 'at') == 'at'
     if not st then
       -- The job is gone.
       unfile_later(bucketMs, member, score)
-      redis.call('DEL', P .. 'run:' .. member)
     elseif rl_has(rl, d) then
       -- A retry (or snoozed run) whose time has come.
       unfile_later(bucketMs, member, score)
-      if enqueue(P, member, q, pri, d, st) then
+      local r = run_get(j[11])
+      if enqueue(r, member, q, pri, d, st) then
         fired = fired + 1
-        if once then
-          redis.call('HSET', jobKey, 'st', 'ready')
-        end
+      end
+      if once and st ~= 'paused' then
+        redis.call('HSET', jobKey, 'r' .. d, run_pack(r), 'st', 'ready')
+      else
+        redis.call('HSET', jobKey, 'r' .. d, run_pack(r))
       end
     elseif final(st) or st == 'paused' then
       unfile_later(bucketMs, member, score)
     elseif once then
       unfile_later(bucketMs, member, score)
-      new_run(P, id, d, q, pri, st)
+      new_run(id, d, q, pri)
       fired = fired + 1
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, d))
     else

@@ -17,7 +17,7 @@
 --   nfire    count   cron jobs: occurrences to fire that follow (0 for other kinds)
 --   nfire    due ms  ...
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { fired, queues } runs made ready and the queues that received them,
 --          or -3 when the caller does not hold the lease (nothing changed).
@@ -45,27 +45,27 @@ for _ = 1, n do
   if cur and tonumber(cur) == score then
     local id, due = split_run(member)
     local jobKey = P .. 'job:' .. id
-    local j = redis.call('HMGET', jobKey, 'st', 'ver', 'q', 'pr', 'sk', 'ov', 'rl', 'bf')
+    local j = redis.call('HMGET', jobKey, 'st', 'ver', 'q', 'pr', 'sk', 'ov', 'rl', 'bf', 'r' .. due)
     local st, q, pri, rl = j[1], j[3], j[4], j[7]
     local once = field(j[5], 'at') == 'at'
-    if rl_has(rl, due) then
+    if st and rl_has(rl, due) then
       -- A retry (or snoozed run) whose time has come.
       unfile_later(bucketMs, member, score)
-      if enqueue(P, member, q, pri, due, st) then
+      local r = run_get(j[9])
+      if enqueue(r, member, q, pri, due, st) then
         fired = fired + 1
-        if once then
-          redis.call('HSET', jobKey, 'st', 'ready')
-        end
+      end
+      if once and st ~= 'paused' then
+        redis.call('HSET', jobKey, 'r' .. due, run_pack(r), 'st', 'ready')
+      else
+        redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
       end
     elseif not st or final(st) or st == 'paused' then
       -- Nothing to fire: the job is gone or no longer schedules runs.
       unfile_later(bucketMs, member, score)
-      if not st then
-        redis.call('DEL', P .. 'run:' .. member)
-      end
     elseif once then
       unfile_later(bucketMs, member, score)
-      new_run(P, id, due, q, pri, st)
+      new_run(id, due, q, pri)
       fired = fired + 1
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, due))
     elseif field(j[2], '') == ver then
@@ -74,12 +74,13 @@ for _ = 1, n do
       for k = fires, fires + nfire - 1 do
         local d = ARGV[k]
         if not runs_active(rl) or ov == 'allow' then
-          if new_run(P, id, d, q, pri, st) then
-            fired = fired + 1
-          end
+          new_run(id, d, q, pri)
+          fired = fired + 1
           rl = rl_add(rl, d)
         elseif ov == 'buffer_one' and (not bf or bf == '') then
-          redis.call('HSET', P .. 'run:' .. id .. ':' .. d, 'att', 0, 'dl', 0, 'st', 'buffered')
+          local r = run_get(nil)
+          r.st = 'buffered'
+          redis.call('HSET', jobKey, 'r' .. d, run_pack(r))
           bf = d
         else
           hist(jobKey, keep, { d = tonumber(d), o = 'skipped' })

@@ -7,7 +7,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { code, state } code 1 paused now, 0 nothing to do (already paused, or a
 --          final state), -1 no such job
@@ -33,7 +33,9 @@ end
 for due in string.gmatch(j[3] or '', '[^,]+') do
   local member = id .. ':' .. due
   if redis.call('ZREM', P .. 'ready:' .. field(j[4], 'default'), member) == 1 then
-    redis.call('HSET', P .. 'run:' .. member, 'st', 'paused')
+    local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
+    r.st = 'paused'
+    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
   end
 end
 redis.call('HSET', jobKey, 'st', 'paused', 'ps', j[1])

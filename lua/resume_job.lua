@@ -9,7 +9,7 @@
 -- ARGV[4] candidates  ms,...  recurring jobs: "from,c1,c2,..." ascending, every occurrence
 --                             after `from`; the first after now is used ('' for one-time)
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { code, state, next, queues, wake }
 --   code 1 resumed, 0 not paused (state says what it is), -1 no such job,
@@ -45,9 +45,10 @@ end
 local active = false
 for due in string.gmatch(j[3] or '', '[^,]+') do
   local member = id .. ':' .. due
-  local st = redis.call('HGET', P .. 'run:' .. member, 'st')
-  if st == 'paused' then
-    enqueue(P, member, j[4], j[5], due, 'ready')
+  local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
+  if r.st == 'paused' then
+    enqueue(r, member, j[4], j[5], due, 'ready')
+    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
     if j[6] ~= 'cron' then
       state = 'ready'
     end

@@ -6,7 +6,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, P..'run:'..member, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
 --
 -- Returns: { code, state, member, queue }
 --   code 1 triggered (member is the new run), 0 nothing to do: the job is paused, in a
@@ -36,10 +36,10 @@ if j[5] ~= 'cron' then
   redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0)
 end
 local due = now_ms()
-while redis.call('EXISTS', P .. 'run:' .. id .. ':' .. num(due)) == 1 do
+while rl_has(j[6], num(due)) do
   due = due + 1
 end
-local _, member = new_run(P, id, num(due), j[3], j[4], 'ready')
+local member = new_run(id, num(due), j[3], j[4])
 redis.call('HSET', jobKey, 'rl', rl_add(j[6], num(due)))
 flush_ready(P)
 return { 1, j[5] == 'cron' and j[1] or 'ready', member, field(j[3], 'default') }

@@ -260,11 +260,10 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 	if exp, err := res[1].AsInt64(); err == nil && exp > 0 {
 		info.Expires = time.UnixMilli(exp)
 	}
-	// A one-time job stays 'ready' in Redis while its run runs; its run hash tells.
+	// A one-time job stays 'ready' in Redis while its run runs; its run field tells.
 	if info.State == job.StateReady && !info.Schedule.IsRecurring() {
 		if due := strings.Trim(m["rl"], ","); due != "" && !strings.Contains(due, ",") {
-			st, err := s.c.Do(ctx, s.c.B().Hget().Key(s.keys.Run(id, jobID+":"+due)).Field("st").Build()).ToString()
-			if err == nil && (st == "running" || st == "cancelled") {
+			if st, _, _ := strings.Cut(m["r"+due], "|"); st == "running" || st == "cancelled" {
 				info.State = job.StateRunning
 			}
 		}

@@ -61,11 +61,9 @@ func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 // Epoch is the shard's fencing counter; it never expires. // STRING
 func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 
-// Job holds a job's definition, its state and its recent runs (field 'h'). // HASH
+// Job holds a job's definition, its state, its runs (fields 'r<due ms>') and its recent
+// history (field 'h'). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
-
-// Run holds one active run; member is `<jobID>:<due ms>`. // HASH
-func (k *Keys) Run(id ID, member string) string { return k.prefixes[id] + "run:" + member }
 
 // WakeChannel carries "<shard> <due ms>" when a run lands earlier than a shard's earliest.
 func (k *Keys) WakeChannel() string { return k.global() + "wake" }

@@ -2,7 +2,7 @@
 --
 -- Key layout (P is the shard prefix `<ns>:v1:{<tag>}:`; see shard/keys.go):
 --   P..'job:'..id      HASH  job definition and state
---   P..'run:'..member  HASH  one active run; member = id..':'..due_ms
+--   job field 'r'..due       one run of the job (see run_get); member = id..':'..due_ms
 --   P..'due:'..bucket  ZSET  runs due in one bucket; score = when they become ready (ms)
 --   P..'ready:'..queue ZSET  ready runs; score = (9-priority)*1e13 + due_ms
 --   job field 'h'            recent runs of a job: cjson entries, newest first, one per line
@@ -138,31 +138,42 @@ local function flush_ready(P)
   return readyQueues
 end
 
--- enqueue makes an existing run hash ready, or parks it when its job is paused.
--- Returns true when the run will go into the ready set.
-local function enqueue(P, member, q, pri, due, jobState)
-  local runKey = P .. 'run:' .. member
+-- A run's state is the job field 'r'..due: "st|att|dl|tok|wk|sa|ra|er" (state, attempts,
+-- deliveries, token, worker, claimed at, retry at or died at, error). A run that is
+-- ready for its first attempt has no field yet. The token is set only while the run is
+-- in flight, so the token alone proves a claim.
+local function run_get(v)
+  if not v or v == '' then
+    return { st = '', att = 0, dl = 0, tok = '', wk = '', sa = '', ra = '', er = '' }
+  end
+  local st, att, dl, tok, wk, sa, ra, er =
+    string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return { st = st or '', att = tonumber(att) or 0, dl = tonumber(dl) or 0, tok = tok or '',
+    wk = wk or '', sa = sa or '', ra = ra or '', er = er or '' }
+end
+
+local function run_pack(r)
+  return r.st .. '|' .. r.att .. '|' .. r.dl .. '|' .. r.tok .. '|' .. r.wk .. '|' .. r.sa .. '|' .. r.ra .. '|' .. r.er
+end
+
+-- enqueue marks run r ready and queues it, or parks it when its job is paused. The
+-- caller stores run_pack(r) in the job field 'r'..due. Returns true when it will be ready.
+local function enqueue(r, member, q, pri, due, jobState)
   if jobState == 'paused' then
-    redis.call('HSET', runKey, 'st', 'paused')
+    r.st = 'paused'
     return false
   end
-  redis.call('HSET', runKey, 'st', 'ready')
+  r.st = 'ready'
   add_ready(q, pri, due, member)
   return true
 end
 
--- new_run enqueues a new occurrence (or parks it when the job is paused). Its run hash
--- is created when it is first claimed (or parked): a ready run without one has had no
--- attempt yet. The caller adds due to the job's 'rl'. Returns whether it will be ready,
--- and its member.
-local function new_run(P, jobID, due, q, pri, jobState)
+-- new_run queues a new occurrence for its first attempt. The caller adds due to the
+-- job's 'rl'. Returns its member.
+local function new_run(jobID, due, q, pri)
   local member = jobID .. ':' .. due
-  if jobState == 'paused' then
-    redis.call('HSET', P .. 'run:' .. member, 'st', 'paused')
-    return false, member
-  end
   add_ready(q, pri, due, member)
-  return true, member
+  return member
 end
 
 -- A job's recent runs live in its field 'h': cjson entries (which never contain a raw
