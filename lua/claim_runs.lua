@@ -22,9 +22,15 @@ local worker, nonce = ARGV[3], ARGV[4]
 local now = now_ms()
 local out = {}
 local inflight = {}
-local popped = redis.call('ZPOPMIN', readyKey, n)
-for k = 1, #popped, 2 do
-  local member = popped[k]
+-- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
+-- printf only for this script to drop them.
+local popped = redis.call('ZRANGE', readyKey, 0, n - 1)
+if #popped > 0 then
+  redis.call('ZREMRANGEBYRANK', readyKey, 0, #popped - 1)
+end
+local nowStr = num(now)
+local deadlines = {}
+for _, member in ipairs(popped) do
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
   local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'r' .. due)
@@ -34,10 +40,15 @@ for k = 1, #popped, 2 do
     -- run from its field).
     local r = run_get(j[6])
     r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-    r.tok, r.wk, r.sa = r.dl .. '-' .. nonce, worker, num(now)
+    r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
     local vt = tonumber(field(j[4], 30000))
     redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
-    table.insert(inflight, now + vt)
+    local deadline = deadlines[vt]
+    if not deadline then
+      deadline = num(now + vt)
+      deadlines[vt] = deadline
+    end
+    table.insert(inflight, deadline)
     table.insert(inflight, member)
     table.insert(out, member)
     table.insert(out, r.tok)

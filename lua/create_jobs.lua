@@ -35,6 +35,7 @@ local bucketMs = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 
 local now = now_ms()
+local nowStr = num(now)
 
 -- The shard's earliest due time before this call, to decide whether to wake the dispatcher.
 local earliest = nil
@@ -96,16 +97,16 @@ for _ = 1, n do
           dueAdds[b] = adds
           table.insert(dueBuckets, b)
         end
-        table.insert(adds, due)
+        table.insert(adds, dueStr)
         table.insert(adds, id .. ':' .. dueStr)
         if (not earliest or due < earliest) and (wake == -1 or due < wake) then
           wake = due
         end
       end
       if ndef > 0 then
-        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', now, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
+        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', nowStr, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
       else
-        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', now, 'dh', dh, 'rl', rl)
+        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', nowStr, 'dh', dh, 'rl', rl)
       end
       table.insert(results, 1)
       table.insert(results, state)
@@ -120,7 +121,7 @@ for _, b in ipairs(dueBuckets) do
   for k = 1, #adds, 6000 do
     redis.call('ZADD', P .. 'due:' .. b, unpack(adds, k, math.min(k + 5999, #adds)))
   end
-  redis.call('ZADD', bucketsKey, tonumber(b) * bucketMs, b)
+  redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
 end
 
 return { wake, flush_ready(P), results }

@@ -28,7 +28,7 @@ for k = 3, 2 + n * 2, 2 do
     table.insert(out, -2)
   else
     local vt = tonumber(field(j[1], 30000))
-    redis.call('ZADD', inflightKey, 'XX', now + vt, member)
+    redis.call('ZADD', inflightKey, 'XX', num(now + vt), member)
     if r.st == 'cancelled' then
       table.insert(out, 0)
     else

@@ -35,7 +35,7 @@ local inflightKey, bucketsKey, deadKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KE
 local P = ARGV[1]
 local bucketMs = tonumber(ARGV[2])
 local keep = tonumber(ARGV[3])
-local retention = tonumber(ARGV[4])
+local retention = ARGV[4]
 local mode = ARGV[5]
 local rand = tonumber(ARGV[7])
 local n = tonumber(ARGV[8])
@@ -125,7 +125,7 @@ local function finish(member, outcome, token, errmsg, delay)
     end
     -- Out of attempts: dead-letter set. The run's field stays for a requeue.
     r.st, r.ra, r.er = 'dead', num(now), errmsg
-    redis.call('ZADD', deadKey, now, member)
+    redis.call('ZADD', deadKey, num(now), member)
     entry.o = 'dead'
     entry.er = errmsg
     local h = hist_push(j[7], keep, entry)
@@ -174,7 +174,7 @@ end
 
 if mode == 'reap' then
   local reaped = 0
-  local expired = redis.call('ZRANGEBYSCORE', inflightKey, '-inf', now, 'LIMIT', 0, n)
+  local expired = redis.call('ZRANGEBYSCORE', inflightKey, '-inf', num(now), 'LIMIT', 0, n)
   for _, member in ipairs(expired) do
     if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
       reaped = reaped + 1

@@ -34,30 +34,33 @@ if redis.call('GET', leaseKey) ~= ARGV[3] then
 end
 
 local now = now_ms()
+local nowStr = num(now)
 local cron = {}
 local count, fired = 0, 0
 
-local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', now, 'LIMIT', 0, 64)
+local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', nowStr, 'LIMIT', 0, 64)
 for _, b in ipairs(buckets) do
   if count >= limit then
     break
   end
-  local due = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - count)
-  for k = 1, #due, 2 do
-    local member, score = due[k], tonumber(due[k + 1])
+  -- Without scores: Redis formats each score with printf, and only cron entries need it.
+  local dueKey = P .. 'due:' .. b
+  local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', nowStr, 'LIMIT', 0, limit - count)
+  for _, member in ipairs(due) do
     count = count + 1
     local id, d = split_run(member)
     local jobKey = P .. 'job:' .. id
-    local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk', 'sc', 'tz', 'ver', 'mf', 'mt', 'r' .. d)
+    -- The fields every entry needs; a retry's run and a cron job's plan are read when met.
+    local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk')
     local st, rl, q, pri = j[1], j[2], j[3], j[4]
     local once = field(j[5], 'at') == 'at'
     if not st then
       -- The job is gone.
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
     elseif rl_has(rl, d) then
       -- A retry (or snoozed run) whose time has come.
-      unfile_later(bucketMs, member, score)
-      local r = run_get(j[11])
+      unfile_later(b, member)
+      local r = run_get(redis.call('HGET', jobKey, 'r' .. d))
       if enqueue(r, member, q, pri, d, st) then
         fired = fired + 1
       end
@@ -67,20 +70,21 @@ for _, b in ipairs(buckets) do
         redis.call('HSET', jobKey, 'r' .. d, run_pack(r))
       end
     elseif final(st) or st == 'paused' then
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
     elseif once then
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
       new_run(id, d, q, pri)
       fired = fired + 1
-      redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, d))
+      redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', rl_add(rl, d))
     else
+      local c = redis.call('HMGET', jobKey, 'sc', 'tz', 'ver', 'mf', 'mt')
       table.insert(cron, member)
-      table.insert(cron, score)
-      table.insert(cron, j[6])
-      table.insert(cron, field(j[7], ''))
-      table.insert(cron, field(j[8], ''))
-      table.insert(cron, field(j[9], 'run_once'))
-      table.insert(cron, field(j[10], '60000'))
+      table.insert(cron, tonumber(redis.call('ZSCORE', dueKey, member)))
+      table.insert(cron, c[1])
+      table.insert(cron, field(c[2], ''))
+      table.insert(cron, field(c[3], ''))
+      table.insert(cron, field(c[4], 'run_once'))
+      table.insert(cron, field(c[5], '60000'))
     end
   end
 end
@@ -91,7 +95,7 @@ if count >= limit then
   nextDue = now
 else
   for _, b in ipairs(redis.call('ZRANGE', bucketsKey, 0, 2)) do
-    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. num(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if first[2] then
       nextDue = tonumber(first[2])
       break

@@ -41,7 +41,8 @@ for _ = 1, n do
   local fires = i + 6
   i = fires + nfire
 
-  local cur = redis.call('ZSCORE', P .. 'due:' .. num(math.floor(score / bucketMs)), member)
+  local b = num(math.floor(score / bucketMs))
+  local cur = redis.call('ZSCORE', P .. 'due:' .. b, member)
   if cur and tonumber(cur) == score then
     local id, due = split_run(member)
     local jobKey = P .. 'job:' .. id
@@ -50,7 +51,7 @@ for _ = 1, n do
     local once = field(j[5], 'at') == 'at'
     if st and rl_has(rl, due) then
       -- A retry (or snoozed run) whose time has come.
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
       local r = run_get(j[9])
       if enqueue(r, member, q, pri, due, st) then
         fired = fired + 1
@@ -62,14 +63,14 @@ for _ = 1, n do
       end
     elseif not st or final(st) or st == 'paused' then
       -- Nothing to fire: the job is gone or no longer schedules runs.
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
     elseif once then
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
       new_run(id, due, q, pri)
       fired = fired + 1
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, due))
     elseif field(j[2], '') == ver then
-      unfile_later(bucketMs, member, score)
+      unfile_later(b, member)
       local ov, bf = field(j[6], 'skip'), j[8]
       for k = fires, fires + nfire - 1 do
         local d = ARGV[k]

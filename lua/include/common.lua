@@ -13,22 +13,25 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- num formats an integral number without an exponent.
+-- num formats an integral number without an exponent. Lua's own number-to-string
+-- conversion (and '%.0f') goes through the C library's floating-point printf, which
+-- was the largest single cost in profiles of the hot scripts; '%d' is an integer path.
 local function num(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 -- split_run splits a run member "<jobID>:<due>" into the job id and the due time string.
+-- Job ids never contain ':' (job.ValidateID), so a plain search finds the separator.
 local function split_run(member)
-  local i = string.find(member, ':[^:]*$')
+  local i = string.find(member, ':', 1, true)
   return string.sub(member, 1, i - 1), string.sub(member, i + 1)
 end
 
 -- file_due puts member into the due bucket of score and records the bucket in the index.
 local function file_due(P, bucketsKey, bucketMs, member, score)
   local b = math.floor(score / bucketMs)
-  redis.call('ZADD', P .. 'due:' .. num(b), score, member)
-  redis.call('ZADD', bucketsKey, b * bucketMs, num(b))
+  redis.call('ZADD', P .. 'due:' .. num(b), num(score), member)
+  redis.call('ZADD', bucketsKey, num(b * bucketMs), num(b))
 end
 
 -- unfile_due removes member from the due bucket of score; an emptied bucket leaves the index.
@@ -46,12 +49,11 @@ local function unfile_due(P, bucketsKey, bucketMs, member, score)
 end
 
 -- Removals from due buckets of members known to be there are collected and sent as one
--- ZREM per bucket by flush_unfile.
+-- ZREM per bucket by flush_unfile. unfile_later takes the bucket number as a string.
 local unfiles = {}
 local unfileBuckets = {}
 
-local function unfile_later(bucketMs, member, score)
-  local b = num(math.floor(score / bucketMs))
+local function unfile_later(b, member)
   local l = unfiles[b]
   if not l then
     l = {}
@@ -87,7 +89,11 @@ local function rl_del(rl, due)
   if not rl then
     return ','
   end
-  return (string.gsub(rl, ',' .. due .. ',', ',', 1))
+  local i, j = string.find(rl, ',' .. due .. ',', 1, true)
+  if not i then
+    return rl
+  end
+  return string.sub(rl, 1, i) .. string.sub(rl, j + 1)
 end
 
 local function rl_has(rl, due)
@@ -123,7 +129,7 @@ local function add_ready(q, pri, due, member)
     readyAdds[q] = adds
     table.insert(readyQueues, q)
   end
-  table.insert(adds, ready_score(pri, due))
+  table.insert(adds, num(ready_score(pri, due)))
   table.insert(adds, member)
 end
 
@@ -153,7 +159,7 @@ local function run_get(v)
 end
 
 local function run_pack(r)
-  return r.st .. '|' .. r.att .. '|' .. r.dl .. '|' .. r.tok .. '|' .. r.wk .. '|' .. r.sa .. '|' .. r.ra .. '|' .. r.er
+  return r.st .. '|' .. num(r.att) .. '|' .. num(r.dl) .. '|' .. r.tok .. '|' .. r.wk .. '|' .. r.sa .. '|' .. r.ra .. '|' .. r.er
 end
 
 -- enqueue marks run r ready and queues it, or parks it when its job is paused. The
@@ -186,7 +192,7 @@ local function hist_push(h, keep, entry)
     -- The common case, without a table encode: every value is a number or a worker id
     -- ([A-Za-z0-9._~-], see worker.Config.ID).
     s = '{"d":' .. num(entry.d) .. ',"s":' .. num(entry.s or 0) .. ',"e":' .. num(entry.e) ..
-      ',"w":"' .. (entry.w or '') .. '","a":' .. entry.a .. ',"o":"succeeded"}'
+      ',"w":"' .. (entry.w or '') .. '","a":' .. num(entry.a) .. ',"o":"succeeded"}'
   else
     s = cjson.encode(entry)
   end
