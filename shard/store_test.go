@@ -258,3 +258,45 @@ func TestRace_CancelAndPauseVersusClaim(t *testing.T) {
 		})
 	})
 }
+
+func TestClaimMany_PipelinesShardsAndQueues(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 4})
+		var jobs []*job.Job
+		perSource := map[shard.ClaimRequest]int{}
+		for i := 0; i < 40; i++ {
+			q := []string{"default", "mail"}[i%2]
+			j := &job.Job{ID: fmt.Sprintf("m%02d", i), Queue: q, Type: "t", Schedule: job.Schedule{Now: true}}
+			jobs = append(jobs, j)
+			perSource[shard.ClaimRequest{Shard: s.ShardOf(j.ID), Queue: q}]++
+		}
+		_, err := s.Create(ctx, jobs)
+		require.NoError(t, err)
+
+		var reqs []shard.ClaimRequest
+		for src := range perSource {
+			src.N = 3
+			reqs = append(reqs, src)
+		}
+		// A source nobody created jobs for gets nothing, without failing the others.
+		reqs = append(reqs, shard.ClaimRequest{Shard: 0, Queue: "empty", N: 5})
+		seen := map[string]bool{}
+		for round := 0; len(seen) < len(jobs); round++ {
+			require.Less(t, round, 20, "claims stopped making progress")
+			res := s.ClaimMany(ctx, reqs, "w", "n")
+			require.Len(t, res, len(reqs))
+			for i, r := range res {
+				require.NoError(t, r.Err)
+				require.LessOrEqual(t, len(r.Runs), reqs[i].N, "a request never gets more than it asked for")
+				for _, c := range r.Runs {
+					require.Equal(t, reqs[i].Shard, c.Shard, "runs come back in the order of the requests")
+					require.Equal(t, reqs[i].Shard, s.ShardOf(c.JobID))
+					require.False(t, seen[c.JobID], "claimed twice: %s", c.JobID)
+					seen[c.JobID] = true
+				}
+			}
+			require.Empty(t, res[len(res)-1].Runs)
+		}
+	})
+}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Claimed is a run handed to a worker.
@@ -27,17 +29,49 @@ type Claimed struct {
 // Claim pops up to n ready runs of queue from a shard for worker (nonce is random per
 // worker process and goes into each token).
 func (s *Store) Claim(ctx context.Context, id ID, queue string, n int, worker, nonce string) ([]Claimed, error) {
-	reply, err := s.exec1(ctx, call{s.scripts.ClaimRuns, []string{s.keys.Ready(id, queue), s.keys.Inflight(id)},
-		[]string{s.keys.Prefix(id), strconv.Itoa(n), worker, nonce}}).ToArray()
+	r := s.ClaimMany(ctx, []ClaimRequest{{Shard: id, Queue: queue, N: n}}, worker, nonce)[0]
+	return r.Runs, r.Err
+}
+
+// ClaimRequest asks for up to N ready runs of Queue on Shard.
+type ClaimRequest struct {
+	Shard ID
+	Queue string
+	N     int
+}
+
+// ClaimResult is what one ClaimRequest got.
+type ClaimResult struct {
+	Runs []Claimed
+	Err  error
+}
+
+// ClaimMany claims from several shards and queues in one pipeline (one round trip on a
+// single server, one per node on a cluster); results are in the order of reqs.
+func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonce string) []ClaimResult {
+	calls := make([]call, len(reqs))
+	for i, q := range reqs {
+		calls[i] = call{s.scripts.ClaimRuns, []string{s.keys.Ready(q.Shard, q.Queue), s.keys.Inflight(q.Shard)},
+			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(q.N), worker, nonce}}
+	}
+	out := make([]ClaimResult, len(reqs))
+	for i, r := range s.exec(ctx, calls...) {
+		out[i] = parseClaim(reqs[i], r.ToArray)
+	}
+	return out
+}
+
+func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) ClaimResult {
+	reply, err := toArray()
 	if err != nil || len(reply) != 2 {
-		return nil, fmt.Errorf("claim from shard %d queue %q: %v", id, queue, err)
+		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
 	now := ms(i64(reply[0]))
 	raw := arr(reply[1])
 	out := make([]Claimed, 0, len(raw)/8)
 	for k := 0; k+7 < len(raw); k += 8 {
 		c := Claimed{
-			Shard: id, Member: str(raw[k]), Token: str(raw[k+1]), Attempt: int(i64(raw[k+2])),
+			Shard: q.Shard, Member: str(raw[k]), Token: str(raw[k+1]), Attempt: int(i64(raw[k+2])),
 			Type: str(raw[k+3]), Payload: []byte(str(raw[k+4])),
 			Timeout:     time.Duration(i64(raw[k+5])) * time.Millisecond,
 			Visibility:  time.Duration(i64(raw[k+6])) * time.Millisecond,
@@ -48,7 +82,7 @@ func (s *Store) Claim(ctx context.Context, id ID, queue string, n int, worker, n
 		c.Due = ms(due)
 		out = append(out, c)
 	}
-	return out, nil
+	return ClaimResult{Runs: out}
 }
 
 // Held names a run a worker holds.

@@ -331,18 +331,27 @@ func (w *Worker) poke() {
 	}
 }
 
-// claimLoop claims from hot sources while there are free slots.
+// A claim round asks each source for at least minClaimPerSource runs (when that many
+// slots are free), from at most maxClaimSources sources.
+const (
+	minClaimPerSource = 16
+	maxClaimSources   = 64
+)
+
+// claimLoop claims from hot sources while there are free slots. Each round claims from
+// up to maxClaimSources hot sources at once, in one pipeline, so a worker fed by many
+// shards does not wait one round trip per shard.
 func (w *Worker) claimLoop(ctx context.Context) {
 	sweep := time.NewTicker(w.cfg.Sweep)
 	defer sweep.Stop()
 	errs := limit.NewEvery(10 * time.Second)
 	capacity := w.cfg.Concurrency + w.cfg.Prefetch
 	var order []source
+	var reqs []shard.ClaimRequest
 	for {
 		w.mu.Lock()
 		free := capacity - len(w.held)
-		var src source
-		found := false
+		reqs = reqs[:0]
 		if free > 0 {
 			// Round-robin over hot sources so no shard starves.
 			if len(order) == 0 {
@@ -350,33 +359,55 @@ func (w *Worker) claimLoop(ctx context.Context) {
 					order = append(order, s)
 				}
 			}
-			for len(order) > 0 && !found {
+			sources := min(max(free/minClaimPerSource, 1), maxClaimSources)
+			for len(order) > 0 && len(reqs) < sources {
+				var src source
 				src, order = order[0], order[1:]
-				found = w.hot[src]
+				if w.hot[src] {
+					reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
+				}
+			}
+			// Share the free slots: every source gets at least one, the first ones the rest.
+			for i := range reqs {
+				reqs[i].N = free / len(reqs)
+				if i < free%len(reqs) {
+					reqs[i].N++
+				}
 			}
 		}
 		w.mu.Unlock()
-		if found {
-			claimed, err := w.store.Claim(ctx, src.shard, src.queue, free, w.cfg.ID, w.nonce)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				if errs.Allow() {
-					w.logger.ErrorContext(ctx, "claim", "shard", int(src.shard), "queue", src.queue, "error", err)
-				}
-				continue
-			}
+		if len(reqs) > 0 {
+			results := w.store.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
+			failed := 0
 			w.mu.Lock()
-			if len(claimed) < free {
-				delete(w.hot, src)
-			}
-			for i := range claimed {
-				a := &active{c: claimed[i], queue: src.queue, extended: time.Now()}
-				w.held[a.c.Member] = a
-				w.runs <- a // never blocks: held ≤ capacity = cap(runs)
+			for i, res := range results {
+				req := reqs[i]
+				src := source{req.Queue, req.Shard}
+				if res.Err != nil {
+					failed++
+					if ctx.Err() == nil && errs.Allow() {
+						w.logger.ErrorContext(ctx, "claim", "shard", int(req.Shard), "queue", req.Queue, "error", res.Err)
+					}
+					continue
+				}
+				if len(res.Runs) < req.N {
+					delete(w.hot, src)
+				}
+				for k := range res.Runs {
+					a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
+					w.held[a.c.Member] = a
+					w.runs <- a // never blocks: held ≤ capacity = cap(runs)
+				}
 			}
 			w.mu.Unlock()
+			if failed == len(results) {
+				// Redis is unreachable or failing: do not spin.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
 			continue
 		}
 		select {
