@@ -1,0 +1,81 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/bench"
+	"github.com/tockhq/tock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// The scenarios are checked for what they count, never for how fast they ran: speed is
+// measured with `tock bench`, not in tests.
+
+// common targets b; on the miniredis backend it uses the bench's own embedded Redis, the
+// path `tock bench` takes without --redis.
+func common(b redistest.Backend) bench.Common {
+	c := bench.Common{Redis: b.Addrs, Shards: 8, Dispatchers: 1}
+	if b.Mini != nil {
+		c.Redis = nil
+	}
+	return c
+}
+
+func TestFire_EveryJobOnceAndNeverEarly(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		res, err := bench.Fire(context.Background(), bench.FireConfig{Common: common(b),
+			Jobs: 300, Window: time.Second, Lead: time.Second, Concurrency: 20, Payload: 10, Pending: 50, Grace: 20 * time.Second})
+		require.NoError(t, err)
+		require.Equal(t, 300, res.Fired)
+		require.Zero(t, res.Duplicates)
+		require.Zero(t, res.Missing)
+		require.Zero(t, res.Early, "a handler started before its run was due")
+		require.Equal(t, 50, res.Pending)
+		l := res.LatenessMs
+		require.True(t, 0 <= l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max, "percentiles out of order: %+v", l)
+		require.Positive(t, res.FiresPerSec)
+		require.Positive(t, res.EnqueuePerSec)
+	})
+}
+
+func TestThroughput_ProcessesEveryJob(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		res, err := bench.Throughput(context.Background(), bench.ThroughputConfig{Common: common(b), Jobs: 500, Concurrency: 20, Payload: 10})
+		require.NoError(t, err)
+		require.Equal(t, 500, res.Processed)
+		require.Zero(t, res.Duplicates)
+		require.Positive(t, res.ProcessedPerSec)
+	})
+}
+
+func TestMemory_CountsTheScheduledJobs(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		if b.Mini != nil {
+			_, err := bench.Memory(context.Background(), bench.MemoryConfig{Common: common(b), Jobs: 10, Payload: 100})
+			require.ErrorContains(t, err, "needs a real Redis")
+			return
+		}
+		res, err := bench.Memory(context.Background(), bench.MemoryConfig{Common: common(b), Jobs: 2000, Payload: 100})
+		require.NoError(t, err)
+		// A job holds at least its payload; a sanity bound, not a target.
+		require.Greater(t, res.BytesPerJob, 100.0)
+		require.Less(t, res.BytesPerJob, 10000.0)
+	})
+}
+
+func TestScenarios_RejectBadSettings(t *testing.T) {
+	ctx := context.Background()
+	_, err := bench.Fire(ctx, bench.FireConfig{Jobs: 0, Window: time.Second, Lead: time.Second})
+	require.ErrorContains(t, err, "--jobs")
+	_, err = bench.Fire(ctx, bench.FireConfig{Jobs: 1, Window: time.Second, Lead: time.Second, ProducerOnly: true, WorkersOnly: true})
+	require.ErrorContains(t, err, "exclude each other")
+	_, err = bench.Throughput(ctx, bench.ThroughputConfig{Jobs: -1})
+	require.ErrorContains(t, err, "--jobs")
+	_, err = bench.Memory(ctx, bench.MemoryConfig{Jobs: 10})
+	require.ErrorContains(t, err, "needs a real Redis")
+}
