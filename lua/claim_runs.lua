@@ -33,7 +33,19 @@ local deadlines = {}
 for _, member in ipairs(popped) do
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'r' .. due)
+  -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go).
+  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'r' .. due, 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
+  local payload = j[2] or ''
+  if j[7] then
+    local parts = { payload }
+    for k = 7, 13 do
+      if not j[k] then
+        break
+      end
+      parts[#parts + 1] = j[k]
+    end
+    payload = table.concat(parts)
+  end
   -- An orphan (its job expired or was removed) is dropped.
   if j[1] then
     -- The job's state stays 'ready' while a one-time run runs (readers tell a running
@@ -54,7 +66,7 @@ for _, member in ipairs(popped) do
     table.insert(out, r.tok)
     table.insert(out, r.att)
     table.insert(out, j[1])
-    table.insert(out, j[2] or '')
+    table.insert(out, payload)
     table.insert(out, tonumber(field(j[3], 1800000)))
     table.insert(out, vt)
     table.insert(out, tonumber(field(j[5], 25)))

@@ -102,9 +102,52 @@ func encode(j *job.Job) (*encodedJob, error) {
 		if all[k+1] == "" && all[k] != "t" {
 			continue
 		}
+		if all[k] == "p" {
+			e.def = appendPayload(e.def, all[k+1])
+			continue
+		}
 		e.def = append(e.def, all[k], all[k+1])
 	}
 	return e, nil
+}
+
+// Redis keeps a hash as a compact listpack while every value is at most 64 bytes
+// (hash-max-listpack-value, default 64) and as a hash table, about twice the size,
+// otherwise. A payload of up to payloadChunks*payloadChunk bytes is therefore stored in
+// fields p, p1, p2, … of at most payloadChunk bytes each (claim_runs and decodeInfo join
+// them); a longer one is stored whole in p.
+const (
+	payloadChunk  = 64
+	payloadChunks = 8
+)
+
+func appendPayload(def []string, p string) []string {
+	if len(p) > payloadChunk*payloadChunks {
+		return append(def, "p", p)
+	}
+	for i := 0; len(p) > 0; i++ {
+		n := min(len(p), payloadChunk)
+		f := "p"
+		if i > 0 {
+			f = "p" + strconv.Itoa(i)
+		}
+		def = append(def, f, p[:n])
+		p = p[n:]
+	}
+	return def
+}
+
+// joinPayload reassembles a payload stored by appendPayload.
+func joinPayload(m map[string]string) []byte {
+	b := []byte(m["p"])
+	for i := 1; i < payloadChunks; i++ {
+		c, ok := m["p"+strconv.Itoa(i)]
+		if !ok {
+			break
+		}
+		b = append(b, c...)
+	}
+	return b
 }
 
 // Create stores jobs whose ids are new and files their first runs; a job whose id exists
@@ -283,7 +326,7 @@ func decodeInfo(jobID string, m map[string]string) *Info {
 	pri := int(atoi("pr"))
 	info := &Info{
 		Job: job.Job{
-			ID: jobID, Queue: m["q"], Type: m["t"], Payload: []byte(m["p"]), Priority: &pri,
+			ID: jobID, Queue: m["q"], Type: m["t"], Payload: joinPayload(m), Priority: &pri,
 			Retry: job.RetryPolicy{
 				MaxAttempts: int(atoi("ma")), InitialBackoff: dur("ib"), MaxBackoff: dur("mb"),
 				Multiplier: atof("mu"), Jitter: atof("ji"),
@@ -347,7 +390,9 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 	return decodeHistory(jobID, str(f[1]))
 }
 
-// decodeHistory decodes a job's 'h' field: cjson entries, newest first, one per line.
+// decodeHistory decodes a job's 'h' field, newest first, one entry per line: a cjson
+// object, or a succeeded run as "due,start-due,end-due,worker,attempt" (hist_push in
+// lua/include/common.lua).
 func decodeHistory(jobID, h string) ([]job.Run, error) {
 	if h == "" {
 		return []job.Run{}, nil
@@ -356,8 +401,14 @@ func decodeHistory(jobID, h string) ([]job.Run, error) {
 	runs := make([]job.Run, 0, len(lines))
 	for _, r := range lines {
 		var e histEntry
-		if err := json.Unmarshal([]byte(r), &e); err != nil {
-			return nil, fmt.Errorf("runs of job %q: decode history entry: %w", jobID, err)
+		var err error
+		if strings.HasPrefix(r, "{") {
+			err = json.Unmarshal([]byte(r), &e)
+		} else {
+			e, err = decodeSucceeded(r)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("runs of job %q: decode history entry %q: %w", jobID, r, err)
 		}
 		runs = append(runs, job.Run{
 			Due: ms(int64(e.Due)), Start: ms(int64(e.Start)), End: ms(int64(e.End)),
@@ -366,6 +417,32 @@ func decodeHistory(jobID, h string) ([]job.Run, error) {
 		})
 	}
 	return runs, nil
+}
+
+func decodeSucceeded(r string) (histEntry, error) {
+	f := strings.Split(r, ",")
+	if len(f) != 5 {
+		return histEntry{}, fmt.Errorf("%d fields, want 5", len(f))
+	}
+	num := func(s string) (float64, error) {
+		if s == "" {
+			return 0, nil
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		return float64(v), err
+	}
+	due, err1 := num(f[0])
+	start, err2 := num(f[1])
+	end, err3 := num(f[2])
+	att, err4 := num(f[4])
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return histEntry{}, err
+	}
+	e := histEntry{Due: due, End: due + end, Worker: f[3], Attempt: att, Outcome: string(job.OutcomeSucceeded)}
+	if f[1] != "" {
+		e.Start = due + start
+	}
+	return e, nil
 }
 
 func (s *Store) jobArgs(id ID, jobID string) []string {

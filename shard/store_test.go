@@ -300,3 +300,54 @@ func TestClaimMany_PipelinesShardsAndQueues(t *testing.T) {
 		}
 	})
 }
+
+func TestPayload_StoredCompactAndReturnedWhole(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		sizes := []int{0, 1, 64, 65, 100, 512, 513, 3000}
+		var jobs []*job.Job
+		for _, n := range sizes {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i*31 + n)
+			}
+			jobs = append(jobs, &job.Job{ID: fmt.Sprintf("pl%d", n), Type: "t", Payload: p, Schedule: job.Schedule{Now: true}})
+		}
+		_, err := s.Create(ctx, jobs)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			info, err := s.Get(ctx, j.ID)
+			require.NoError(t, err)
+			require.Equal(t, j.Payload, info.Payload, "Get of %s", j.ID)
+		}
+		claimed, err := s.Claim(ctx, 0, "default", len(jobs), "w", "n")
+		require.NoError(t, err)
+		require.Len(t, claimed, len(jobs))
+		byID := map[string][]byte{}
+		var fin []shard.Finish
+		for _, c := range claimed {
+			byID[c.JobID] = c.Payload
+			fin = append(fin, shard.Finish{Member: c.Member, Token: c.Token, Outcome: shard.Succeeded})
+		}
+		for _, j := range jobs {
+			require.Equal(t, j.Payload, byID[j.ID], "claim of %s", j.ID)
+		}
+		_, err = s.FinishRuns(ctx, 0, fin)
+		require.NoError(t, err)
+		runs, err := s.Runs(ctx, "pl100")
+		require.NoError(t, err)
+		require.Len(t, runs, 1)
+		require.Equal(t, job.OutcomeSucceeded, runs[0].Outcome)
+		require.Equal(t, "w", runs[0].Worker)
+		require.False(t, runs[0].Start.IsZero())
+
+		if b.Mini == nil {
+			// Redis keeps the job of a 100-byte payload as a listpack, before and after its run.
+			c := s.Client()
+			enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(s.Keys().Job(0, "pl100")).Build()).ToString()
+			require.NoError(t, err)
+			require.Equal(t, "listpack", enc)
+		}
+	})
+}

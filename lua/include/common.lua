@@ -182,17 +182,19 @@ local function new_run(jobID, due, q, pri)
   return member
 end
 
--- A job's recent runs live in its field 'h': cjson entries (which never contain a raw
--- newline), newest first, one per line. hist_push returns h with entry in front,
+-- A job's recent runs live in its field 'h': entries (which never contain a raw newline),
+-- newest first, one per line: a succeeded run in a compact form (see below), any other as
+-- a cjson object. hist_push returns h with entry in front,
 -- trimmed to the newest keep; callers that write the job anyway store it with their
 -- other fields.
 local function hist_push(h, keep, entry)
   local s
   if entry.o == 'succeeded' then
-    -- The common case, without a table encode: every value is a number or a worker id
-    -- ([A-Za-z0-9._~-], see worker.Config.ID).
-    s = '{"d":' .. num(entry.d) .. ',"s":' .. num(entry.s or 0) .. ',"e":' .. num(entry.e) ..
-      ',"w":"' .. (entry.w or '') .. '","a":' .. num(entry.a) .. ',"o":"succeeded"}'
+    -- The common case, compact and without a table encode: "due,start-due,end-due,worker,
+    -- attempt" (a worker id is [A-Za-z0-9._~-], see worker.Config.ID). Short enough that
+    -- the job hash of a one-time job stays a listpack (values of at most 64 bytes).
+    s = num(entry.d) .. ',' .. (entry.s and num(entry.s - entry.d) or '') .. ',' ..
+      num(entry.e - entry.d) .. ',' .. (entry.w or '') .. ',' .. num(entry.a)
   else
     s = cjson.encode(entry)
   end
