@@ -29,50 +29,57 @@ if #popped > 0 then
   redis.call('ZREMRANGEBYRANK', readyKey, 0, #popped - 1)
 end
 local nowStr = num(now)
+-- A first attempt (no run field yet), the common case, needs no unpacking: its state
+-- and token are the same for every run of this call.
+local firstToken = '1-' .. nonce
+local firstRun = 'running|1|1|' .. firstToken .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
+local ni, no = 0, 0
 for _, member in ipairs(popped) do
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
   -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go).
   local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'r' .. due, 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
-  local payload = j[2] or ''
-  if j[7] then
-    local parts = { payload }
-    for k = 7, 13 do
-      if not j[k] then
-        break
-      end
-      parts[#parts + 1] = j[k]
-    end
-    payload = table.concat(parts)
-  end
   -- An orphan (its job expired or was removed) is dropped.
   if j[1] then
+    local payload = j[2] or ''
+    if j[7] then
+      local parts = { payload }
+      for k = 7, 13 do
+        if not j[k] then
+          break
+        end
+        parts[#parts + 1] = j[k]
+      end
+      payload = table.concat(parts)
+    end
     -- The job's state stays 'ready' while a one-time run runs (readers tell a running
     -- run from its field).
-    local r = run_get(j[6])
-    r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-    r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
-    local vt = tonumber(field(j[4], 30000))
-    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
+    local tok, att, packed
+    if j[6] then
+      local r = run_get(j[6])
+      r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
+      r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
+      tok, att, packed = r.tok, r.att, run_pack(r)
+    else
+      tok, att, packed = firstToken, 1, firstRun
+    end
+    redis.call('HSET', jobKey, 'r' .. due, packed)
+    local vt = j[4] or '30000'
     local deadline = deadlines[vt]
     if not deadline then
-      deadline = num(now + vt)
+      deadline = num(now + tonumber(vt))
       deadlines[vt] = deadline
     end
-    table.insert(inflight, deadline)
-    table.insert(inflight, member)
-    table.insert(out, member)
-    table.insert(out, r.tok)
-    table.insert(out, r.att)
-    table.insert(out, j[1])
-    table.insert(out, payload)
-    table.insert(out, tonumber(field(j[3], 1800000)))
-    table.insert(out, vt)
-    table.insert(out, tonumber(field(j[5], 25)))
+    inflight[ni + 1], inflight[ni + 2] = deadline, member
+    ni = ni + 2
+    -- Numbers go back as the strings they are stored as; the caller parses them.
+    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, tok, att, j[1]
+    out[no + 5], out[no + 6], out[no + 7], out[no + 8] = payload, j[3] or '1800000', vt, j[5] or '25'
+    no = no + 8
   end
 end
-if #inflight > 0 then
+if ni > 0 then
   redis.call('ZADD', inflightKey, unpack(inflight))
 end
 

@@ -60,7 +60,7 @@ local function unfile_later(b, member)
     unfiles[b] = l
     table.insert(unfileBuckets, b)
   end
-  table.insert(l, member)
+  l[#l + 1] = member
 end
 
 local function flush_unfile(P, bucketsKey)
@@ -129,8 +129,8 @@ local function add_ready(q, pri, due, member)
     readyAdds[q] = adds
     table.insert(readyQueues, q)
   end
-  table.insert(adds, num(ready_score(pri, due)))
-  table.insert(adds, member)
+  local k = #adds
+  adds[k + 1], adds[k + 2] = num(ready_score(pri, due)), member
 end
 
 -- flush_ready writes the collected ready runs and returns the queues that got some.
@@ -184,20 +184,10 @@ end
 
 -- A job's recent runs live in its field 'h': entries (which never contain a raw newline),
 -- newest first, one per line: a succeeded run in a compact form (see below), any other as
--- a cjson object. hist_push returns h with entry in front,
--- trimmed to the newest keep; callers that write the job anyway store it with their
--- other fields.
-local function hist_push(h, keep, entry)
-  local s
-  if entry.o == 'succeeded' then
-    -- The common case, compact and without a table encode: "due,start-due,end-due,worker,
-    -- attempt" (a worker id is [A-Za-z0-9._~-], see worker.Config.ID). Short enough that
-    -- the job hash of a one-time job stays a listpack (values of at most 64 bytes).
-    s = num(entry.d) .. ',' .. (entry.s and num(entry.s - entry.d) or '') .. ',' ..
-      num(entry.e - entry.d) .. ',' .. (entry.w or '') .. ',' .. num(entry.a)
-  else
-    s = cjson.encode(entry)
-  end
+-- a cjson object. hist_add returns h with the entry line s in front, trimmed to the
+-- newest keep; hist_ok and hist_push build the line. Callers that write the job anyway
+-- store the result with their other fields.
+local function hist_add(h, keep, s)
   if not h or h == '' then
     return s
   end
@@ -213,6 +203,23 @@ local function hist_push(h, keep, entry)
       return string.sub(s, 1, pos - 1)
     end
   end
+end
+
+-- hist_ok returns h with a succeeded run in front, in the compact form
+-- "due,start-due,end-due,worker,attempt" (a worker id is [A-Za-z0-9._~-], see
+-- worker.Config.ID): short enough that a one-time job's hash stays a listpack (values of
+-- at most 64 bytes). due, start and finish are strings of ms; start may be ''.
+local function hist_ok(h, keep, due, start, finish, worker, att)
+  local d = tonumber(due)
+  local s = start ~= '' and num(tonumber(start) - d) or ''
+  return hist_add(h, keep, due .. ',' .. s .. ',' .. num(tonumber(finish) - d) .. ',' .. (worker or '') .. ',' .. num(att))
+end
+
+local function hist_push(h, keep, entry)
+  if entry.o == 'succeeded' then
+    return hist_ok(h, keep, num(entry.d), entry.s and num(entry.s) or '', num(entry.e), entry.w, entry.a)
+  end
+  return hist_add(h, keep, cjson.encode(entry))
 end
 
 -- hist records one history entry of a job on its own (two calls).
