@@ -48,6 +48,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&common.Namespace, "namespace", "", "namespace (default: a fresh one, deleted afterwards)")
 	fs.BoolVar(&common.Keep, "keep", false, "keep the keys in Redis afterwards")
 	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
+	fs.DurationVar(&common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default 2ms)")
 	fs.IntVar(&jobs, "jobs", 100000, "jobs")
 	fs.IntVar(&concurrency, "concurrency", 200, "worker handler slots")
 	fs.IntVar(&payload, "payload", 100, "payload bytes per job")
