@@ -184,11 +184,7 @@ type Worker struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 	held     map[string]*active // by run member
-	// hot holds the sources that may have ready runs, each with the number of the last
-	// signal that marked it: a claim that comes back short removes a source only if no
-	// signal arrived while it was in flight.
-	hot      map[source]uint64
-	signals  uint64
+	hot      map[source]bool
 	started  bool
 	stopping bool
 
@@ -241,7 +237,7 @@ func New(cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: cfg.Store, nonce: randHex(6),
 		logger:   cfg.Logger.With("component", "worker", "worker", cfg.ID),
-		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]uint64{},
+		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]bool{},
 		claimWake: make(chan struct{}, 1),
 		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch),
 		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
@@ -323,15 +319,9 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) markAllHot() {
 	for _, q := range w.cfg.Queues {
 		for i := 0; i < w.store.Shards(); i++ {
-			w.markHot(source{q, shard.ID(i)})
+			w.hot[source{q, shard.ID(i)}] = true
 		}
 	}
-}
-
-// markHot marks src as possibly having ready runs. The caller holds w.mu.
-func (w *Worker) markHot(src source) {
-	w.signals++
-	w.hot[src] = w.signals
 }
 
 func (w *Worker) poke() {
@@ -358,11 +348,10 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	capacity := w.cfg.Concurrency + w.cfg.Prefetch
 	var order []source
 	var reqs []shard.ClaimRequest
-	var marks []uint64
 	for {
 		w.mu.Lock()
 		free := capacity - len(w.held)
-		reqs, marks = reqs[:0], marks[:0]
+		reqs = reqs[:0]
 		if free > 0 {
 			// Round-robin over hot sources so no shard starves.
 			if len(order) == 0 {
@@ -374,9 +363,8 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			for len(order) > 0 && len(reqs) < sources {
 				var src source
 				src, order = order[0], order[1:]
-				if mark, ok := w.hot[src]; ok {
+				if w.hot[src] {
 					reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
-					marks = append(marks, mark)
 				}
 			}
 			// Share the free slots: every source gets at least one, the first ones the rest.
@@ -390,15 +378,29 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		w.mu.Unlock()
 		if len(reqs) > 0 {
 			results := w.store.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
+			failed := 0
 			w.mu.Lock()
-			failed := w.takeClaims(reqs, marks, results)
-			w.mu.Unlock()
-			for _, i := range failed {
-				if ctx.Err() == nil && errs.Allow() {
-					w.logger.ErrorContext(ctx, "claim", "shard", int(reqs[i].Shard), "queue", reqs[i].Queue, "error", results[i].Err)
+			for i, res := range results {
+				req := reqs[i]
+				src := source{req.Queue, req.Shard}
+				if res.Err != nil {
+					failed++
+					if ctx.Err() == nil && errs.Allow() {
+						w.logger.ErrorContext(ctx, "claim", "shard", int(req.Shard), "queue", req.Queue, "error", res.Err)
+					}
+					continue
+				}
+				if len(res.Runs) < req.N {
+					delete(w.hot, src)
+				}
+				for k := range res.Runs {
+					a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
+					w.held[a.c.Member] = a
+					w.runs <- a // never blocks: held ≤ capacity = cap(runs)
 				}
 			}
-			if len(failed) == len(results) {
+			w.mu.Unlock()
+			if failed == len(results) {
 				// Redis is unreachable or failing: do not spin.
 				select {
 				case <-ctx.Done():
@@ -421,30 +423,6 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	}
 }
 
-// takeClaims holds and queues the runs of a claim round and returns the indexes of the
-// requests that failed. A source that gave fewer runs than asked is empty and stops being
-// hot, unless a signal marked it again while the claim was in flight. The caller holds
-// w.mu.
-func (w *Worker) takeClaims(reqs []shard.ClaimRequest, marks []uint64, results []shard.ClaimResult) (failed []int) {
-	for i, res := range results {
-		req := reqs[i]
-		if res.Err != nil {
-			failed = append(failed, i)
-			continue
-		}
-		src := source{req.Queue, req.Shard}
-		if len(res.Runs) < req.N && w.hot[src] == marks[i] {
-			delete(w.hot, src)
-		}
-		for k := range res.Runs {
-			a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
-			w.held[a.c.Member] = a
-			w.runs <- a // never blocks: held ≤ capacity = cap(runs)
-		}
-	}
-	return failed
-}
-
 // listen turns ready and cancel signals into hot sources and cancelled handlers.
 func (w *Worker) listen(ctx context.Context) {
 	keys := w.store.Keys()
@@ -464,7 +442,7 @@ func (w *Worker) listen(ctx context.Context) {
 					return
 				}
 				w.mu.Lock()
-				w.markHot(source{q, shard.ID(id)})
+				w.hot[source{q, shard.ID(id)}] = true
 				w.mu.Unlock()
 				w.poke()
 				return
