@@ -79,3 +79,38 @@ func TestScenarios_RejectBadSettings(t *testing.T) {
 	_, err = bench.Memory(ctx, bench.MemoryConfig{Jobs: 10})
 	require.ErrorContains(t, err, "needs a real Redis")
 }
+
+func TestFire_ProducerAndWorkersInSeparateRuns(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		if b.Mini != nil {
+			t.Skip("the roles meet in a shared Redis; the embedded one lives in one process")
+		}
+		ns := redistest.Namespace(t, b)
+		c := common(b)
+		c.Namespace = ns
+		cfg := bench.FireConfig{Common: c, Jobs: 200, Window: time.Second, Lead: 2 * time.Second, Concurrency: 20, Payload: 10, Grace: 20 * time.Second}
+		workers := cfg
+		workers.WorkersOnly = true
+		done := make(chan *bench.FireResult, 1)
+		errs := make(chan error, 1)
+		go func() {
+			res, err := bench.Fire(context.Background(), workers)
+			errs <- err
+			done <- res
+		}()
+		producer := cfg
+		producer.ProducerOnly = true
+		producer.Dispatchers = 0
+		pres, err := bench.Fire(context.Background(), producer)
+		require.NoError(t, err)
+		require.Positive(t, pres.EnqueuePerSec)
+		require.Zero(t, pres.Fired, "the producer runs no workers")
+
+		require.NoError(t, <-errs)
+		res := <-done
+		require.Equal(t, 200, res.Fired)
+		require.Zero(t, res.Duplicates)
+		require.Zero(t, res.Missing)
+		require.Zero(t, res.Early)
+	})
+}
