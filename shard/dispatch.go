@@ -120,7 +120,7 @@ func (s *Store) FireDue(ctx context.Context, l Lease, limit int) (*Due, error) {
 		return nil, fmt.Errorf("fire due runs of shard %d: %v", l.Shard, err)
 	}
 	d := &Due{Now: i64(reply[0]), NextDue: i64(reply[1]), NextDeadline: i64(reply[2]), Fired: int(i64(reply[3]))}
-	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[4])))
+	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[4]), d.Now))
 	raw := arr(reply[5])
 	for k := 0; k+6 < len(raw); k += 7 {
 		e := DueEntry{
@@ -169,7 +169,7 @@ func (s *Store) Fire(ctx context.Context, l Lease, plans []FirePlan) (fired int,
 	if err != nil || len(reply) != 2 {
 		return 0, fmt.Errorf("fire shard %d: %v", l.Shard, err)
 	}
-	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1])))
+	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1]), 0))
 	return int(i64(reply[0])), nil
 }
 
@@ -185,7 +185,7 @@ func (s *Store) Reap(ctx context.Context, l Lease, limit int) (int, error) {
 	if err != nil || len(reply) != 2 {
 		return 0, fmt.Errorf("reap shard %d: %v", l.Shard, err)
 	}
-	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1])))
+	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1]), 0))
 	return int(i64(reply[0])), nil
 }
 

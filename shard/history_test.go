@@ -52,3 +52,26 @@ func TestPayloadChunks_RoundTrip(t *testing.T) {
 		require.Equal(t, string(p), string(joinPayload(m)), "size %d", n)
 	}
 }
+
+func TestParseReady(t *testing.T) {
+	for msg, want := range map[string]struct {
+		id ID
+		at int64
+		ok bool
+	}{
+		"3 1700000000123": {3, 1700000000123, true},
+		"3":               {3, 0, true}, // an older publisher: no time
+		"4 1":             {0, 0, false},
+		"-1 5":            {0, 0, false},
+		"x 5":             {0, 0, false},
+		"2 soon":          {0, 0, false},
+		"2 -5":            {0, 0, false},
+	} {
+		id, at, ok := ParseReady(msg, 4)
+		require.Equal(t, want.ok, ok, msg)
+		if ok {
+			require.Equal(t, want.id, id, msg)
+			require.Equal(t, want.at, at, msg)
+		}
+	}
+}

@@ -68,7 +68,8 @@ func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" 
 // WakeChannel carries "<shard> <due ms>" when a run lands earlier than a shard's earliest.
 func (k *Keys) WakeChannel() string { return k.global() + "wake" }
 
-// ReadyChannel carries "<shard>" when a queue got ready runs on that shard.
+// ReadyChannel carries "<shard> <ms>" when a queue got ready runs on that shard (see
+// ParseReady).
 func (k *Keys) ReadyChannel(queue string) string { return k.global() + "ready:" + queue }
 
 // CancelChannel carries "<shard> <member>" when a running run is cancelled.

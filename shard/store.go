@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -295,11 +296,41 @@ func (s *Store) publish(ctx context.Context, msgs [][2]string) {
 	s.c.DoMulti(ctx, cmds...)
 }
 
-func (s *Store) readySignals(msgs [][2]string, id ID, queues []string) [][2]string {
+// readySignals appends a ready signal per queue: "<shard> <at>", where at is the Redis
+// time (ms) by which the runs were ready: the script's own clock when the caller has it
+// (at > 0), else the estimate of the server's clock plus a margin, on the late side. A
+// worker whose claim of that shard ran before at knows the claim could not have seen
+// those runs (see ParseReady).
+func (s *Store) readySignals(msgs [][2]string, id ID, queues []string, at int64) [][2]string {
+	if len(queues) == 0 {
+		return msgs
+	}
+	if at <= 0 {
+		s.clockMu.Lock()
+		at = s.cfg.Clock().Add(s.offset).Add(5 * time.Millisecond).UnixMilli()
+		s.clockMu.Unlock()
+	}
+	msg := strconv.Itoa(int(id)) + " " + strconv.FormatInt(at, 10)
 	for _, q := range queues {
-		msgs = append(msgs, [2]string{s.keys.ReadyChannel(q), strconv.Itoa(int(id))})
+		msgs = append(msgs, [2]string{s.keys.ReadyChannel(q), msg})
 	}
 	return msgs
+}
+
+// ParseReady decodes a ready signal: the shard, and the Redis time (ms) by which its runs
+// were ready (0 when the signal does not say).
+func ParseReady(msg string, shards int) (id ID, at int64, ok bool) {
+	sh, t, hasTime := strings.Cut(msg, " ")
+	n, err := strconv.Atoi(sh)
+	if err != nil || n < 0 || n >= shards {
+		return 0, 0, false
+	}
+	if hasTime {
+		if at, err = strconv.ParseInt(t, 10, 64); err != nil || at < 0 {
+			return 0, 0, false
+		}
+	}
+	return ID(n), at, true
 }
 
 func (s *Store) wakeSignal(id ID, due int64) [2]string {

@@ -43,6 +43,7 @@ type ClaimRequest struct {
 // ClaimResult is what one ClaimRequest got.
 type ClaimResult struct {
 	Runs []Claimed
+	At   int64 // the Redis time (ms) of the claim; with ParseReady, tells a ready signal the claim could not have seen
 	Err  error
 }
 
@@ -66,7 +67,8 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 	if err != nil || len(reply) != 2 {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
-	now := ms(i64(reply[0]))
+	at := i64(reply[0])
+	now := ms(at)
 	raw := arr(reply[1])
 	out := make([]Claimed, 0, len(raw)/8)
 	for k := 0; k+7 < len(raw); k += 8 {
@@ -82,7 +84,7 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 		c.Due = ms(due)
 		out = append(out, c)
 	}
-	return ClaimResult{Runs: out}
+	return ClaimResult{Runs: out, At: at}
 }
 
 // Held names a run a worker holds.
@@ -182,7 +184,7 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 			out[id] = FinishResult{Err: fmt.Errorf("finish runs on shard %d: %v", id, err)}
 			continue
 		}
-		msgs = s.readySignals(msgs, id, strs(reply[1]))
+		msgs = s.readySignals(msgs, id, strs(reply[1]), 0)
 		codes := arr(reply[0])
 		errs := make([]error, len(fs))
 		for i := range errs {

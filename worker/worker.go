@@ -184,7 +184,11 @@ type Worker struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 	held     map[string]*active // by run member
-	hot      map[source]bool
+	// hot holds the sources that may have ready runs, each with the Redis time (ms) of
+	// the latest ready signal for it (0 when marked by a sweep): a claim that comes back
+	// short clears a source only if it ran after that time, so a signal for runs made
+	// ready while the claim was in flight is not lost.
+	hot      map[source]int64
 	started  bool
 	stopping bool
 
@@ -237,7 +241,7 @@ func New(cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: cfg.Store, nonce: randHex(6),
 		logger:   cfg.Logger.With("component", "worker", "worker", cfg.ID),
-		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]bool{},
+		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{},
 		claimWake: make(chan struct{}, 1),
 		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch),
 		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
@@ -319,8 +323,16 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) markAllHot() {
 	for _, q := range w.cfg.Queues {
 		for i := 0; i < w.store.Shards(); i++ {
-			w.hot[source{q, shard.ID(i)}] = true
+			w.markHot(source{q, shard.ID(i)}, 0)
 		}
+	}
+}
+
+// markHot marks src as possibly having runs ready since Redis time at (ms). The caller
+// holds w.mu.
+func (w *Worker) markHot(src source, at int64) {
+	if cur, ok := w.hot[src]; !ok || at > cur {
+		w.hot[src] = at
 	}
 }
 
@@ -363,7 +375,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			for len(order) > 0 && len(reqs) < sources {
 				var src source
 				src, order = order[0], order[1:]
-				if w.hot[src] {
+				if _, ok := w.hot[src]; ok {
 					reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
 				}
 			}
@@ -378,29 +390,15 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		w.mu.Unlock()
 		if len(reqs) > 0 {
 			results := w.store.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
-			failed := 0
 			w.mu.Lock()
-			for i, res := range results {
-				req := reqs[i]
-				src := source{req.Queue, req.Shard}
-				if res.Err != nil {
-					failed++
-					if ctx.Err() == nil && errs.Allow() {
-						w.logger.ErrorContext(ctx, "claim", "shard", int(req.Shard), "queue", req.Queue, "error", res.Err)
-					}
-					continue
-				}
-				if len(res.Runs) < req.N {
-					delete(w.hot, src)
-				}
-				for k := range res.Runs {
-					a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
-					w.held[a.c.Member] = a
-					w.runs <- a // never blocks: held ≤ capacity = cap(runs)
+			failed := w.takeClaims(reqs, results)
+			w.mu.Unlock()
+			for _, i := range failed {
+				if ctx.Err() == nil && errs.Allow() {
+					w.logger.ErrorContext(ctx, "claim", "shard", int(reqs[i].Shard), "queue", reqs[i].Queue, "error", results[i].Err)
 				}
 			}
-			w.mu.Unlock()
-			if failed == len(results) {
+			if len(failed) == len(results) {
 				// Redis is unreachable or failing: do not spin.
 				select {
 				case <-ctx.Done():
@@ -423,6 +421,30 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	}
 }
 
+// takeClaims holds and queues the runs of a claim round and returns the indexes of the
+// requests that failed. A source that gave fewer runs than asked was empty when the claim
+// ran and stops being hot, unless a ready signal says runs became ready at or after that
+// moment. The caller holds w.mu.
+func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResult) (failed []int) {
+	for i, res := range results {
+		req := reqs[i]
+		if res.Err != nil {
+			failed = append(failed, i)
+			continue
+		}
+		src := source{req.Queue, req.Shard}
+		if len(res.Runs) < req.N && w.hot[src] < res.At {
+			delete(w.hot, src)
+		}
+		for k := range res.Runs {
+			a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
+			w.held[a.c.Member] = a
+			w.runs <- a // never blocks: held ≤ capacity = cap(runs)
+		}
+	}
+	return failed
+}
+
 // listen turns ready and cancel signals into hot sources and cancelled handlers.
 func (w *Worker) listen(ctx context.Context) {
 	keys := w.store.Keys()
@@ -437,12 +459,12 @@ func (w *Worker) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := w.store.Subscribe(ctx, channels, func(ch, msg string) {
 			if q, ok := queueOf[ch]; ok {
-				id, err := strconv.Atoi(msg)
-				if err != nil || id < 0 || id >= w.store.Shards() {
+				id, at, ok := shard.ParseReady(msg, w.store.Shards())
+				if !ok {
 					return
 				}
 				w.mu.Lock()
-				w.hot[source{q, shard.ID(id)}] = true
+				w.markHot(source{q, id}, at)
 				w.mu.Unlock()
 				w.poke()
 				return

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/shard"
+)
+
+func newTestWorker(t *testing.T) *Worker {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true, AlwaysRESP2: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: "wt", Shards: 4})
+	require.NoError(t, err)
+	w, err := New(Config{Store: s, Concurrency: 4})
+	require.NoError(t, err)
+	return w
+}
+
+func TestTakeClaims_ReadySignalNewerThanTheClaimKeepsSourceHot(t *testing.T) {
+	w := newTestWorker(t)
+	a, b, c := source{"default", 1}, source{"default", 2}, source{"default", 3}
+	// Shard 1 got runs ready at 1000 ms, after its claim ran at 990 ms (the claim was in
+	// flight when the signal came); shard 2's runs were ready at 980, before its claim;
+	// shard 3 was marked by a sweep.
+	w.markHot(a, 1000)
+	w.markHot(b, 980)
+	w.markHot(c, 0)
+	reqs := []shard.ClaimRequest{{Shard: 1, Queue: "default", N: 2}, {Shard: 2, Queue: "default", N: 2}, {Shard: 3, Queue: "default", N: 2}}
+	failed := w.takeClaims(reqs, []shard.ClaimResult{{At: 990}, {At: 990}, {At: 990}})
+	require.Empty(t, failed)
+	require.Contains(t, w.hot, a, "runs made ready after the claim ran must still be claimed")
+	require.NotContains(t, w.hot, b, "the claim saw shard 2's runs: it is empty")
+	require.NotContains(t, w.hot, c)
+
+	// Same millisecond: the order is unknown, so claim once more.
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1000}})
+	require.Contains(t, w.hot, a)
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1001}})
+	require.NotContains(t, w.hot, a)
+
+	// An older signal never lowers a newer mark.
+	w.markHot(a, 2000)
+	w.markHot(a, 1500)
+	require.Equal(t, int64(2000), w.hot[a])
+}
+
+func TestTakeClaims_HoldsRunsAndReportsFailures(t *testing.T) {
+	w := newTestWorker(t)
+	a := source{"default", 3}
+	w.markHot(a, 5)
+	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 2}, {Shard: 0, Queue: "default", N: 1}}
+	runs := []shard.Claimed{{Shard: 3, Member: "x:1"}, {Shard: 3, Member: "y:1"}}
+	failed := w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}, {Err: errors.New("down")}})
+	require.Equal(t, []int{1}, failed)
+	require.Len(t, w.held, 2)
+	require.Len(t, w.runs, 2)
+	require.Contains(t, w.hot, a, "a source that filled the request may have more")
+}
