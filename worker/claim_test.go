@@ -41,10 +41,22 @@ func TestTakeClaims_ReadySignalNewerThanTheClaimKeepsSourceHot(t *testing.T) {
 	require.NotContains(t, w.hot, b, "the claim saw shard 2's runs: it is empty")
 	require.NotContains(t, w.hot, c)
 
+	// It is claimed once more; short again with no new signal, it goes.
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 995}})
+	require.NotContains(t, w.hot, a)
+
 	// Same millisecond: the order is unknown, so claim once more.
+	w.markHot(a, 1000)
 	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1000}})
 	require.Contains(t, w.hot, a)
 	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1001}})
+	require.NotContains(t, w.hot, a)
+
+	// A signal stamped far ahead (a skewed clock estimate) buys one more claim, not more.
+	w.markHot(a, 1_000_000)
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1002}})
+	require.Contains(t, w.hot, a)
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1003}})
 	require.NotContains(t, w.hot, a)
 
 	// An older signal never lowers a newer mark.

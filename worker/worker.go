@@ -424,7 +424,8 @@ func (w *Worker) claimLoop(ctx context.Context) {
 // takeClaims holds and queues the runs of a claim round and returns the indexes of the
 // requests that failed. A source that gave fewer runs than asked was empty when the claim
 // ran and stops being hot, unless a ready signal says runs became ready at or after that
-// moment. The caller holds w.mu.
+// moment: then it is claimed once more (its mark drops to 0, so a signal stamped late by
+// a skewed clock estimate cannot keep it hot for longer). The caller holds w.mu.
 func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResult) (failed []int) {
 	for i, res := range results {
 		req := reqs[i]
@@ -433,8 +434,12 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			continue
 		}
 		src := source{req.Queue, req.Shard}
-		if len(res.Runs) < req.N && w.hot[src] < res.At {
-			delete(w.hot, src)
+		if len(res.Runs) < req.N {
+			if at, ok := w.hot[src]; ok && at >= res.At {
+				w.hot[src] = 0
+			} else {
+				delete(w.hot, src)
+			}
 		}
 		for k := range res.Runs {
 			a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
