@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
@@ -26,12 +26,8 @@ type stepBundle struct {
 func newStepBundle(t *testing.T) *stepBundle {
 	t.Helper()
 	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
-	m := miniredis.RunT(t)
+	m, c := redistest.Mini(t)
 	m.SetTime(now)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true,
-		ForceSingleClient: true, AlwaysRESP2: true})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
 	s, err := shard.Open(context.Background(), c, shard.Config{Shards: 1, Clock: func() time.Time { return now }})
 	require.NoError(t, err)
 	d, err := New(Config{Store: s, Name: "step"})

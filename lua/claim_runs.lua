@@ -29,10 +29,6 @@ if #popped > 0 then
   redis.call('ZREMRANGEBYRANK', readyKey, 0, #popped - 1)
 end
 local nowStr = num(now)
--- A first attempt (no run field yet), the common case, needs no unpacking: its state
--- and token are the same for every run of this call.
-local firstToken = '1-' .. nonce
-local firstRun = 'running|1|1|' .. firstToken .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
 local ni, no = 0, 0
 for _, member in ipairs(popped) do
@@ -55,16 +51,10 @@ for _, member in ipairs(popped) do
     end
     -- The job's state stays 'ready' while a one-time run runs (readers tell a running
     -- run from its field).
-    local tok, att, packed
-    if j[6] then
-      local r = run_get(j[6])
-      r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-      r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
-      tok, att, packed = r.tok, r.att, run_pack(r)
-    else
-      tok, att, packed = firstToken, 1, firstRun
-    end
-    redis.call('HSET', jobKey, 'r' .. due, packed)
+    local r = run_get(j[6])
+    r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
+    r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
+    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
     local vt = j[4] or '30000'
     local deadline = deadlines[vt]
     if not deadline then
@@ -74,7 +64,7 @@ for _, member in ipairs(popped) do
     inflight[ni + 1], inflight[ni + 2] = deadline, member
     ni = ni + 2
     -- Numbers go back as the strings they are stored as; the caller parses them.
-    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, tok, att, j[1]
+    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, r.tok, r.att, j[1]
     out[no + 5], out[no + 6], out[no + 7], out[no + 8] = payload, j[3] or '1800000', vt, j[5] or '25'
     no = no + 8
   end

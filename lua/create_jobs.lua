@@ -91,12 +91,7 @@ for _ = 1, n do
       else
         state, next, rl = 'scheduled', due, ','
         local b = num(math.floor(due / bucketMs))
-        local adds = dueAdds[b]
-        if not adds then
-          adds = {}
-          dueAdds[b] = adds
-          table.insert(dueBuckets, b)
-        end
+        local adds = group(dueAdds, dueBuckets, b)
         table.insert(adds, dueStr)
         table.insert(adds, id .. ':' .. dueStr)
         if (not earliest or due < earliest) and (wake == -1 or due < wake) then

@@ -45,7 +45,6 @@ if mode == 'reap' and redis.call('GET', leaseKey) ~= ARGV[6] then
 end
 
 local now = now_ms()
-local nowStr = num(now)
 local leaving = {}
 
 -- next_rand walks a low-discrepancy sequence from the caller's random seed.
@@ -73,19 +72,6 @@ local function finish(member, outcome, token, errmsg, delay)
   local once = field(j[2], 'at') == 'at'
   r.tok = ''
 
-  if outcome == 'ok' and once then
-    -- The common case, kept short: a one-time job's run succeeded. The finished job
-    -- expires whole; its run field goes with it.
-    r.st = 'succeeded'
-    local h = hist_ok(j[7], keep, due, r.sa, nowStr, r.wk, att)
-    if st == 'cancelled' then
-      redis.call('HSET', jobKey, rf, run_pack(r), 'rl', rl_del(rl, due), 'h', h)
-    else
-      redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'completed', 'rl', rl_del(rl, due), 'h', h)
-    end
-    redis.call('PEXPIRE', jobKey, retention)
-    return 1
-  end
   local entry = { d = tonumber(due), s = tonumber(r.sa), e = now, w = r.wk, a = att }
 
   -- release_buffered makes a recurring job's buffered occurrence ready: returns the new

@@ -60,14 +60,8 @@ for _, b in ipairs(buckets) do
     elseif rl_has(rl, d) then
       -- A retry (or snoozed run) whose time has come.
       unfile_later(b, member)
-      local r = run_get(redis.call('HGET', jobKey, 'r' .. d))
-      if enqueue(r, member, q, pri, d, st) then
+      if fire_retry(jobKey, member, d, q, pri, st, once, redis.call('HGET', jobKey, 'r' .. d)) then
         fired = fired + 1
-      end
-      if once and st ~= 'paused' then
-        redis.call('HSET', jobKey, 'r' .. d, run_pack(r), 'st', 'ready')
-      else
-        redis.call('HSET', jobKey, 'r' .. d, run_pack(r))
       end
     elseif final(st) or st == 'paused' then
       unfile_later(b, member)

@@ -52,14 +52,8 @@ for _ = 1, n do
     if st and rl_has(rl, due) then
       -- A retry (or snoozed run) whose time has come.
       unfile_later(b, member)
-      local r = run_get(j[9])
-      if enqueue(r, member, q, pri, due, st) then
+      if fire_retry(jobKey, member, due, q, pri, st, once, j[9]) then
         fired = fired + 1
-      end
-      if once and st ~= 'paused' then
-        redis.call('HSET', jobKey, 'r' .. due, run_pack(r), 'st', 'ready')
-      else
-        redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
       end
     elseif not st or final(st) or st == 'paused' then
       -- Nothing to fire: the job is gone or no longer schedules runs.

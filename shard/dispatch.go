@@ -162,15 +162,7 @@ func (s *Store) Fire(ctx context.Context, l Lease, plans []FirePlan) (fired int,
 		}
 	}
 	r := s.exec1(ctx, call{s.scripts.FireRuns, []string{s.keys.Buckets(l.Shard), s.keys.Lease(l.Shard)}, args})
-	if code, err := r.AsInt64(); err == nil && code < 0 {
-		return 0, codeError(code)
-	}
-	reply, err := r.ToArray()
-	if err != nil || len(reply) != 2 {
-		return 0, fmt.Errorf("fire shard %d: %v", l.Shard, err)
-	}
-	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1]), 0))
-	return int(i64(reply[0])), nil
+	return s.countAndSignal(ctx, r, l.Shard, "fire")
 }
 
 // Reap sends up to limit runs of a shard whose visibility deadline passed back through
@@ -178,14 +170,20 @@ func (s *Store) Fire(ctx context.Context, l Lease, plans []FirePlan) (fired int,
 // or ErrLeaseLost.
 func (s *Store) Reap(ctx context.Context, l Lease, limit int) (int, error) {
 	r := s.exec1(ctx, s.finishCall(l.Shard, "reap", l.value(), []string{strconv.Itoa(limit)}))
+	return s.countAndSignal(ctx, r, l.Shard, "reap")
+}
+
+// countAndSignal decodes the reply of a leased script, { count, queues } or a negative
+// code, signals the queues that got ready runs and returns count.
+func (s *Store) countAndSignal(ctx context.Context, r rueidis.RedisResult, id ID, what string) (int, error) {
 	if code, err := r.AsInt64(); err == nil && code < 0 {
 		return 0, codeError(code)
 	}
 	reply, err := r.ToArray()
 	if err != nil || len(reply) != 2 {
-		return 0, fmt.Errorf("reap shard %d: %v", l.Shard, err)
+		return 0, fmt.Errorf("%s shard %d: %v", what, id, err)
 	}
-	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[1]), 0))
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[1]), 0))
 	return int(i64(reply[0])), nil
 }
 

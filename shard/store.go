@@ -191,9 +191,15 @@ func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
+	return s.estimateNow(), nil
+}
+
+// estimateNow is the local clock corrected by the last measured offset, without
+// measuring again.
+func (s *Store) estimateNow() time.Time {
 	s.clockMu.Lock()
 	defer s.clockMu.Unlock()
-	return s.cfg.Clock().Add(s.offset), nil
+	return s.cfg.Clock().Add(s.offset)
 }
 
 // candidates lists, as the scripts take them ("from,c1,c2,..." in ms), every occurrence
@@ -306,9 +312,7 @@ func (s *Store) readySignals(msgs [][2]string, id ID, queues []string, at int64)
 		return msgs
 	}
 	if at <= 0 {
-		s.clockMu.Lock()
-		at = s.cfg.Clock().Add(s.offset).Add(5 * time.Millisecond).UnixMilli()
-		s.clockMu.Unlock()
+		at = s.estimateNow().Add(5 * time.Millisecond).UnixMilli()
 	}
 	msg := strconv.Itoa(int(id)) + " " + strconv.FormatInt(at, 10)
 	for _, q := range queues {

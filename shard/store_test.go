@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/internal/redistest"
@@ -34,12 +33,8 @@ func open(t *testing.T, b redistest.Backend, cfg shard.Config) *shard.Store {
 // frozen returns a store on a miniredis whose clock stands at now until moved.
 func frozen(t *testing.T, now time.Time, cfg shard.Config) (*shard.Store, *miniredis.Miniredis) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m, c := redistest.Mini(t)
 	m.SetTime(now)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true,
-		ForceSingleClient: true, AlwaysRESP2: true})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
 	if cfg.Shards == 0 {
 		cfg.Shards = 4
 	}

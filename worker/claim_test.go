@@ -5,19 +5,15 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/shard"
 )
 
 func newTestWorker(t *testing.T) *Worker {
 	t.Helper()
-	m := miniredis.RunT(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true, AlwaysRESP2: true})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	_, c := redistest.Mini(t)
 	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: "wt", Shards: 4})
 	require.NoError(t, err)
 	w, err := New(Config{Store: s, Concurrency: 4})

@@ -157,6 +157,14 @@ func (b Backend) Client(t testing.TB) rueidis.Client {
 	return c
 }
 
+// Mini starts a miniredis for t alone (tests that move its clock) and returns it with a
+// client set up as Client sets one up for the miniredis backend.
+func Mini(t testing.TB) (*miniredis.Miniredis, rueidis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	return m, Backend{Name: Miniredis, Addrs: []string{m.Addr()}, Mini: m}.Client(t)
+}
+
 func (b Backend) newClient() (rueidis.Client, error) {
 	opt := rueidis.ClientOption{
 		InitAddress:  append([]string(nil), b.Addrs...),

@@ -48,18 +48,25 @@ local function unfile_due(P, bucketsKey, bucketMs, member, score)
   return true
 end
 
+-- group returns the list of groups under key, creating it (and recording key in order,
+-- so groups are sent in a fixed order) when it is new.
+local function group(groups, order, key)
+  local l = groups[key]
+  if not l then
+    l = {}
+    groups[key] = l
+    order[#order + 1] = key
+  end
+  return l
+end
+
 -- Removals from due buckets of members known to be there are collected and sent as one
 -- ZREM per bucket by flush_unfile. unfile_later takes the bucket number as a string.
 local unfiles = {}
 local unfileBuckets = {}
 
 local function unfile_later(b, member)
-  local l = unfiles[b]
-  if not l then
-    l = {}
-    unfiles[b] = l
-    table.insert(unfileBuckets, b)
-  end
+  local l = group(unfiles, unfileBuckets, b)
   l[#l + 1] = member
 end
 
@@ -123,12 +130,7 @@ local readyQueues = {}
 
 local function add_ready(q, pri, due, member)
   q = field(q, 'default')
-  local adds = readyAdds[q]
-  if not adds then
-    adds = {}
-    readyAdds[q] = adds
-    table.insert(readyQueues, q)
-  end
+  local adds = group(readyAdds, readyQueues, q)
   local k = #adds
   adds[k + 1], adds[k + 2] = num(ready_score(pri, due)), member
 end
@@ -174,6 +176,19 @@ local function enqueue(r, member, q, pri, due, jobState)
   return true
 end
 
+-- fire_retry makes a retry (or snoozed run) whose time has come ready, or parks it when
+-- its job is paused; v is the run's field. Returns true when it will be ready.
+local function fire_retry(jobKey, member, due, q, pri, st, once, v)
+  local r = run_get(v)
+  local ready = enqueue(r, member, q, pri, due, st)
+  if once and st ~= 'paused' then
+    redis.call('HSET', jobKey, 'r' .. due, run_pack(r), 'st', 'ready')
+  else
+    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
+  end
+  return ready
+end
+
 -- new_run queues a new occurrence for its first attempt. The caller adds due to the
 -- job's 'rl'. Returns its member.
 local function new_run(jobID, due, q, pri)
@@ -184,9 +199,8 @@ end
 
 -- A job's recent runs live in its field 'h': entries (which never contain a raw newline),
 -- newest first, one per line: a succeeded run in a compact form (see below), any other as
--- a cjson object. hist_add returns h with the entry line s in front, trimmed to the
--- newest keep; hist_ok and hist_push build the line. Callers that write the job anyway
--- store the result with their other fields.
+-- a cjson object. hist_push returns h with entry in front, trimmed to the newest keep;
+-- callers that write the job anyway store it with their other fields.
 local function hist_add(h, keep, s)
   if not h or h == '' then
     return s
@@ -205,19 +219,14 @@ local function hist_add(h, keep, s)
   end
 end
 
--- hist_ok returns h with a succeeded run in front, in the compact form
--- "due,start-due,end-due,worker,attempt" (a worker id is [A-Za-z0-9._~-], see
--- worker.Config.ID): short enough that a one-time job's hash stays a listpack (values of
--- at most 64 bytes). due, start and finish are strings of ms; start may be ''.
-local function hist_ok(h, keep, due, start, finish, worker, att)
-  local d = tonumber(due)
-  local s = start ~= '' and num(tonumber(start) - d) or ''
-  return hist_add(h, keep, due .. ',' .. s .. ',' .. num(tonumber(finish) - d) .. ',' .. (worker or '') .. ',' .. num(att))
-end
-
 local function hist_push(h, keep, entry)
   if entry.o == 'succeeded' then
-    return hist_ok(h, keep, num(entry.d), entry.s and num(entry.s) or '', num(entry.e), entry.w, entry.a)
+    -- The common case, compact and without a table encode: "due,start-due,end-due,worker,
+    -- attempt" (a worker id is [A-Za-z0-9._~-], see worker.Config.ID). Short enough that
+    -- a one-time job's hash stays a listpack (values of at most 64 bytes).
+    local d = entry.d
+    return hist_add(h, keep, num(d) .. ',' .. (entry.s and num(entry.s - d) or '') .. ',' ..
+      num(entry.e - d) .. ',' .. (entry.w or '') .. ',' .. num(entry.a))
   end
   return hist_add(h, keep, cjson.encode(entry))
 end
