@@ -55,6 +55,10 @@ func (k *Keys) Inflight(id ID) string { return k.prefixes[id] + "inflight" }
 // Dead is the dead-letter set; score = when the run died, ms. // ZSET
 func (k *Keys) Dead(id ID) string { return k.prefixes[id] + "dead" }
 
+// Stats counts runs per queue on the shard: fields 's:<queue>' scheduled (in due buckets),
+// 'f:<queue>' in flight, 'd:<queue>' dead, 'n:<queue>' fired since creation. // HASH
+func (k *Keys) Stats(id ID) string { return k.prefixes[id] + "stats" }
+
 // Lease holds `owner:epoch` of the dispatcher owning the shard, with a TTL. // STRING
 func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 
@@ -64,6 +68,12 @@ func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 // Job holds a job's definition, its state, its runs (fields 'r<due ms>') and its recent
 // history (field 'h'). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
+
+// PausedQueues holds the queues workers must not claim from. // SET
+func (k *Keys) PausedQueues() string { return k.global() + "paused" }
+
+// QueueChannel carries "pause <queue>" and "resume <queue>" when PausedQueues changes.
+func (k *Keys) QueueChannel() string { return k.global() + "queues" }
 
 // WakeChannel carries "<shard> <due ms>" when a run lands earlier than a shard's earliest.
 func (k *Keys) WakeChannel() string { return k.global() + "wake" }
