@@ -56,6 +56,16 @@ const (
 	StateCancelled State = "cancelled"
 )
 
+// ValidState reports whether s is one of the job states.
+func ValidState(s State) bool {
+	switch s {
+	case StateWaiting, StateScheduled, StateReady, StateRunning, StateRetrying, StatePaused,
+		StateCompleted, StateDead, StateCancelled:
+		return true
+	}
+	return false
+}
+
 // Overlap says what a recurring job does when an occurrence comes while a previous run of
 // the same job is still ready, running or waiting for a retry.
 type Overlap string

@@ -10,7 +10,7 @@
 -- ARGV[4] keep       count   history entries kept per job
 -- ARGV[5] retention  ms      how long a cancelled job is kept
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, running }
 --   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
@@ -35,7 +35,7 @@ end
 
 local nx = tonumber(j[2]) or 0
 if nx > 0 then
-  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx)
+  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx, j[5])
 end
 
 local running = {}
@@ -55,7 +55,7 @@ for due in string.gmatch(j[3] or '', '[^,]+') do
     -- Ready (with or without a run field yet), waiting for a retry, or parked.
     redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
     if r.st == 'retrying' then
-      unfile_due(P, bucketsKey, bucketMs, member, tonumber(r.ra))
+      unfile_due(P, bucketsKey, bucketMs, member, tonumber(r.ra), j[5])
     end
     redis.call('HDEL', jobKey, 'r' .. due)
   end
@@ -70,4 +70,5 @@ end
 redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')
 hist(jobKey, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
 redis.call('PEXPIRE', jobKey, retention)
+flush_stats(P)
 return { 1, 'cancelled', running }

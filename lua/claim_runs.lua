@@ -7,8 +7,9 @@
 -- ARGV[2] n         count   most runs to claim
 -- ARGV[3] worker    string  the claiming worker's id (recorded in history)
 -- ARGV[4] nonce     string  random per worker process; part of each token
+-- ARGV[5] queue     string  the queue of KEYS[1], for the in-flight count
 --
--- Derived keys: P..'job:'..id
+-- Derived keys: P..'job:'..id, P..'stats'
 --
 -- Returns: { now, runs } where runs holds, per claimed run, 8 entries: member, token,
 --          attempt (1-based), type, payload, timeout ms, visibility ms, max attempts.
@@ -71,6 +72,7 @@ for _, member in ipairs(popped) do
 end
 if ni > 0 then
   redis.call('ZADD', inflightKey, unpack(inflight))
+  redis.call('HINCRBY', P .. 'stats', 'f:' .. ARGV[5], num(ni / 2))
 end
 
 return { now, out }

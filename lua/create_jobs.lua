@@ -16,7 +16,7 @@
 --                    take their defaults, see common's `field` callers)
 --   ndef*2   field, value ...
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
 --
@@ -90,6 +90,7 @@ for _ = 1, n do
         new_run(id, dueStr, q, pri)
       else
         state, next, rl = 'scheduled', due, ','
+        stat('s', q, 1)
         local b = num(math.floor(due / bucketMs))
         local adds = group(dueAdds, dueBuckets, b)
         table.insert(adds, dueStr)
@@ -119,4 +120,5 @@ for _, b in ipairs(dueBuckets) do
   redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
 end
 
+flush_stats(P)
 return { wake, flush_ready(P), results }

@@ -22,7 +22,7 @@
 --           'handback' ready again at once without using an attempt (worker shutdown)
 --   A run whose job was cancelled while it ran ends cancelled whatever the outcome.
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { results, queues }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
@@ -65,6 +65,7 @@ local function finish(member, outcome, token, errmsg, delay)
   end
   table.insert(leaving, member)
   local st, q, pri, rl = j[1], j[3], j[4], j[6]
+  stat('f', q, -1)
   if r.st == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
     outcome = 'cancel'
   end
@@ -114,7 +115,7 @@ local function finish(member, outcome, token, errmsg, delay)
         entry.er = errmsg
       end
       r.st, r.ra = 'retrying', num(when)
-      file_due(P, bucketsKey, bucketMs, member, when)
+      file_due(P, bucketsKey, bucketMs, member, when, q)
       entry.r = when
       local h = hist_push(j[7], keep, entry)
       if once and st ~= 'paused' then
@@ -127,6 +128,7 @@ local function finish(member, outcome, token, errmsg, delay)
     -- Out of attempts: dead-letter set. The run's field stays for a requeue.
     r.st, r.ra, r.er = 'dead', num(now), errmsg
     redis.call('ZADD', deadKey, num(now), member)
+    stat('d', q, 1)
     entry.o = 'dead'
     entry.er = errmsg
     local h = hist_push(j[7], keep, entry)
@@ -170,6 +172,7 @@ local function done()
   for k = 1, #leaving, 6000 do
     redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))
   end
+  flush_stats(P)
   return flush_ready(P)
 end
 

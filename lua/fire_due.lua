@@ -11,7 +11,7 @@
 -- ARGV[3] lease     string  the caller's `owner:epoch`
 -- ARGV[4] limit     count   most due entries to handle
 --
--- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue
+-- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { now, next_due, next_deadline, fired, queues, cron }
 --   now            the server's clock, ms
@@ -56,17 +56,17 @@ for _, b in ipairs(buckets) do
     local once = field(j[5], 'at') == 'at'
     if not st then
       -- The job is gone.
-      unfile_later(b, member)
+      unfile_later(b, member, UNKNOWN_Q)
     elseif rl_has(rl, d) then
       -- A retry (or snoozed run) whose time has come.
-      unfile_later(b, member)
+      unfile_later(b, member, q)
       if fire_retry(jobKey, member, d, q, pri, st, once, redis.call('HGET', jobKey, 'r' .. d)) then
         fired = fired + 1
       end
     elseif final(st) or st == 'paused' then
-      unfile_later(b, member)
+      unfile_later(b, member, q)
     elseif once then
-      unfile_later(b, member)
+      unfile_later(b, member, q)
       new_run(id, d, q, pri)
       fired = fired + 1
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', rl_add(rl, d))
@@ -103,4 +103,5 @@ if dl[2] then
   nextDeadline = tonumber(dl[2])
 end
 
+flush_stats(P)
 return { now, nextDue, nextDeadline, fired, flush_ready(P), cron }

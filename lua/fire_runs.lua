@@ -17,7 +17,7 @@
 --   nfire    count   cron jobs: occurrences to fire that follow (0 for other kinds)
 --   nfire    due ms  ...
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { fired, queues } runs made ready and the queues that received them,
 --          or -3 when the caller does not hold the lease (nothing changed).
@@ -51,20 +51,20 @@ for _ = 1, n do
     local once = field(j[5], 'at') == 'at'
     if st and rl_has(rl, due) then
       -- A retry (or snoozed run) whose time has come.
-      unfile_later(b, member)
+      unfile_later(b, member, q)
       if fire_retry(jobKey, member, due, q, pri, st, once, j[9]) then
         fired = fired + 1
       end
     elseif not st or final(st) or st == 'paused' then
       -- Nothing to fire: the job is gone or no longer schedules runs.
-      unfile_later(b, member)
+      unfile_later(b, member, st and q or UNKNOWN_Q)
     elseif once then
-      unfile_later(b, member)
+      unfile_later(b, member, q)
       new_run(id, due, q, pri)
       fired = fired + 1
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0, 'rl', rl_add(rl, due))
     elseif field(j[2], '') == ver then
-      unfile_later(b, member)
+      unfile_later(b, member, q)
       local ov, bf = field(j[6], 'skip'), j[8]
       for k = fires, fires + nfire - 1 do
         local d = ARGV[k]
@@ -85,7 +85,7 @@ for _ = 1, n do
         hist(jobKey, keep, { d = score, o = 'missed', m = missed })
       end
       if next > 0 then
-        file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next)
+        file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next, q)
       end
       redis.call('HSET', jobKey, 'nx', num(next), 'rl', rl, 'bf', bf or '')
     end
@@ -93,4 +93,5 @@ for _ = 1, n do
 end
 
 flush_unfile(P, bucketsKey)
+flush_stats(P)
 return { fired, flush_ready(P) }

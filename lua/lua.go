@@ -89,6 +89,9 @@ type Scripts struct {
 	AcquireLease    *Script
 	ReleaseLease    *Script
 	HeartbeatMember *Script
+	UpdateJob       *Script
+	RequeueDead     *Script
+	DeleteDead      *Script
 }
 
 // Load builds every script. It fails only if an embedded script is malformed.
@@ -108,6 +111,9 @@ func Load() (*Scripts, error) {
 		"acquire_lease":    &s.AcquireLease,
 		"release_lease":    &s.ReleaseLease,
 		"heartbeat_member": &s.HeartbeatMember,
+		"update_job":       &s.UpdateJob,
+		"requeue_dead":     &s.RequeueDead,
+		"delete_dead":      &s.DeleteDead,
 	} {
 		src, err := Source(name)
 		if err != nil {

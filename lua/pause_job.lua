@@ -7,7 +7,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state } code 1 paused now, 0 nothing to do (already paused, or a
 --          final state), -1 no such job
@@ -28,7 +28,7 @@ if final(j[1]) or j[1] == 'paused' then
 end
 local nx = tonumber(j[2]) or 0
 if nx > 0 then
-  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx)
+  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx, j[4])
 end
 for due in string.gmatch(j[3] or '', '[^,]+') do
   local member = id .. ':' .. due
@@ -39,4 +39,5 @@ for due in string.gmatch(j[3] or '', '[^,]+') do
   end
 end
 redis.call('HSET', jobKey, 'st', 'paused', 'ps', j[1])
+flush_stats(P)
 return { 1, 'paused' }

@@ -9,7 +9,7 @@
 -- ARGV[4] candidates  ms,...  recurring jobs: "from,c1,c2,..." ascending, every occurrence
 --                             after `from`; the first after now is used ('' for one-time)
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, next, queues, wake }
 --   code 1 resumed, 0 not paused (state says what it is), -1 no such job,
@@ -57,7 +57,7 @@ for due in string.gmatch(j[3] or '', '[^,]+') do
 end
 local wake = -1
 if next > 0 then
-  file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next)
+  file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next, j[4])
   wake = next
   if j[6] ~= 'cron' and not active then
     state = 'scheduled'
@@ -65,4 +65,5 @@ if next > 0 then
 end
 redis.call('HSET', jobKey, 'st', state, 'nx', num(next))
 redis.call('HDEL', jobKey, 'ps')
+flush_stats(P)
 return { 1, state, next, flush_ready(P), wake }

@@ -6,7 +6,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, member, queue }
 --   code 1 triggered (member is the new run), 0 nothing to do: the job is paused, in a
@@ -32,7 +32,7 @@ if j[5] ~= 'cron' then
   if nx == 0 then
     return { 0, j[1], '', '' }
   end
-  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx)
+  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx, j[3])
   redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0)
 end
 local due = now_ms()
@@ -42,4 +42,5 @@ end
 local member = new_run(id, num(due), j[3], j[4])
 redis.call('HSET', jobKey, 'rl', rl_add(j[6], num(due)))
 flush_ready(P)
+flush_stats(P)
 return { 1, j[5] == 'cron' and j[1] or 'ready', member, field(j[3], 'default') }

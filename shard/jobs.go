@@ -298,9 +298,15 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 	if len(m) == 0 {
 		return nil, ErrNotFound
 	}
+	exp, _ := res[1].AsInt64()
+	return infoOf(jobID, id, m, exp), nil
+}
+
+// infoOf decodes a job hash m read with its PEXPIRETIME exp.
+func infoOf(jobID string, id ID, m map[string]string, exp int64) *Info {
 	info := decodeInfo(jobID, m)
 	info.Shard = id
-	if exp, err := res[1].AsInt64(); err == nil && exp > 0 {
+	if exp > 0 {
 		info.Expires = time.UnixMilli(exp)
 	}
 	// A one-time job stays 'ready' in Redis while its run runs; its run field tells.
@@ -311,7 +317,7 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 			}
 		}
 	}
-	return info, nil
+	return info
 }
 
 func decodeInfo(jobID string, m map[string]string) *Info {

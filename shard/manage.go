@@ -2,13 +2,27 @@ package shard
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/tockhq/tock/job"
 )
 
-var errTODO = errors.New("not implemented yet")
+// List limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+	// scanRounds bounds the SCAN calls of one List page.
+	scanRounds = 16
+	scanCount  = 1000
+)
 
 // ListFilter selects jobs for List.
 type ListFilter struct {
@@ -22,23 +36,152 @@ type ListFilter struct {
 type Page struct {
 	Jobs []*Info
 	// Next continues the listing; "" when it is complete. A page may hold fewer than
-	// Limit jobs (even none) while Next is not empty: the scan stops after a bounded
-	// amount of work per call.
+	// Limit jobs (even none) while Next is not empty: a page does a bounded amount of work.
 	Next string
 }
 
-// List pages through the namespace's jobs, shard node by shard node (SCAN: a job that
-// exists throughout the listing is returned at least once; one created or deleted
-// meanwhile may or may not be). A cursor that does not decode is a *job.FieldError on
-// "cursor".
-func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
-	return Page{}, errTODO
+func listLimit(n int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultListLimit, nil
+	case n < 1 || n > MaxListLimit:
+		return 0, &job.FieldError{Field: "limit", Msg: fmt.Sprintf("must be 1 to %d, got %d", MaxListLimit, n)}
+	}
+	return n, nil
 }
 
-// Update changes parts of a job's definition: the fields that are not nil. A changed
-// schedule moves the job's next run (a run already ready or running is not touched).
-// It returns the job as stored afterwards. Errors: ErrNotFound, a *job.FieldError for
-// an invalid change, a *StateError for a job that has finished.
+// masters returns the primary nodes, sorted by address, with their clients.
+func (s *Store) masters(ctx context.Context) ([]string, map[string]rueidis.Client, error) {
+	nodes := s.c.Nodes()
+	if len(nodes) == 1 {
+		for addr := range nodes {
+			return []string{addr}, nodes, nil
+		}
+	}
+	addrs := make([]string, 0, len(nodes))
+	for addr, n := range nodes {
+		role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
+		if err != nil {
+			return nil, nil, fmt.Errorf("role of %s: %w", addr, err)
+		}
+		if len(role) > 0 && str(role[0]) == "master" {
+			addrs = append(addrs, addr)
+		}
+	}
+	sort.Strings(addrs)
+	return addrs, nodes, nil
+}
+
+// List pages through the namespace's jobs, node by node with SCAN: a job that exists
+// throughout the listing is returned at least once (rarely twice); one created or
+// removed meanwhile may or may not be. An invalid filter or a cursor that does not
+// decode is a *job.FieldError naming "queue", "state", "limit" or "cursor".
+func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
+	limit, err := listLimit(f.Limit)
+	if err != nil {
+		return Page{}, err
+	}
+	if f.Queue != "" {
+		if err := job.ValidateID("queue", f.Queue, job.MaxQueueLen); err != nil {
+			return Page{}, err
+		}
+	}
+	if f.State != "" && !job.ValidState(f.State) {
+		return Page{}, &job.FieldError{Field: "state", Msg: fmt.Sprintf("unknown state %q", f.State)}
+	}
+	addrs, nodes, err := s.masters(ctx)
+	if err != nil {
+		return Page{}, fmt.Errorf("list jobs: %w", err)
+	}
+	node, cursor := 0, uint64(0)
+	if f.Cursor != "" {
+		if node, cursor, err = decodeListCursor(f.Cursor, addrs); err != nil {
+			return Page{}, err
+		}
+	}
+	match := s.keys.global() + "{*}:job:*"
+	var page Page
+	for round := 0; round < scanRounds && node < len(addrs) && len(page.Jobs) < limit; round++ {
+		n := nodes[addrs[node]]
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(scanCount).Build()).AsScanEntry()
+		if err != nil {
+			return Page{}, fmt.Errorf("list jobs: scan %s: %w", addrs[node], err)
+		}
+		infos, err := s.readJobs(ctx, e.Elements)
+		if err != nil {
+			return Page{}, err
+		}
+		for _, info := range infos {
+			if (f.Queue == "" || info.Queue == f.Queue) && (f.State == "" || info.State == f.State) {
+				page.Jobs = append(page.Jobs, info)
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			node++
+		}
+	}
+	// A SCAN batch may overshoot the limit: the page keeps it all rather than lose jobs.
+	if node < len(addrs) {
+		page.Next = encodeListCursor(addrs[node], cursor)
+	}
+	return page, nil
+}
+
+// readJobs reads the jobs of keys (job hash keys of this namespace) in one pipeline;
+// jobs gone meanwhile are left out.
+func (s *Store) readJobs(ctx context.Context, keys []string) ([]*Info, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, s.c.B().Hgetall().Key(k).Build(), s.c.B().Pexpiretime().Key(k).Build())
+	}
+	res := s.c.DoMulti(ctx, cmds...)
+	out := make([]*Info, 0, len(keys))
+	for i, k := range keys {
+		m, err := res[2*i].AsStrMap()
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: read %s: %w", k, err)
+		}
+		j := strings.Index(k, "}:job:")
+		if len(m) == 0 || j < 0 {
+			continue
+		}
+		jobID := k[j+len("}:job:"):]
+		exp, _ := res[2*i+1].AsInt64()
+		out = append(out, infoOf(jobID, s.ShardOf(jobID), m, exp))
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out, nil
+}
+
+func encodeListCursor(addr string, cursor uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(addr + "|" + strconv.FormatUint(cursor, 10)))
+}
+
+func decodeListCursor(c string, addrs []string) (int, uint64, error) {
+	bad := func(why string) error {
+		return &job.FieldError{Field: "cursor", Msg: why}
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, 0, bad("not a cursor returned by this API")
+	}
+	addr, cur, ok := strings.Cut(string(raw), "|")
+	n, err := strconv.ParseUint(cur, 10, 64)
+	if !ok || err != nil {
+		return 0, 0, bad("not a cursor returned by this API")
+	}
+	for i, a := range addrs {
+		if a == addr {
+			return i, n, nil
+		}
+	}
+	return 0, 0, bad(fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", addr))
+}
+
+// Update changes parts of a job's definition: the fields that are not nil.
 type Update struct {
 	Schedule *job.Schedule
 	Payload  *[]byte
@@ -46,9 +189,112 @@ type Update struct {
 	Retry    *job.RetryPolicy
 }
 
-// Update applies u to job jobID (see Update).
+// defFields are the hash fields a definition may hold (see encode); 'ver' is the
+// scripts' own.
+var defFields = []string{"q", "t", "p", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "pr", "ma", "ib", "mb", "mu", "ji",
+	"to", "vt", "sk", "sc", "tz", "ov", "mf", "mt", "sv"}
+
+// Update applies u to job jobID and returns the job as stored afterwards. A changed
+// schedule moves the job's next run; runs already ready, running or waiting for a retry
+// keep their time, ready ones take a changed priority. A job's schedule cannot turn
+// from one-time to recurring or back, and a one-time job's schedule cannot change once
+// its run has fired. Errors: ErrNotFound, a *job.FieldError naming the field at fault,
+// a *StateError when the job's state does not allow the change.
 func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, error) {
-	return nil, errTODO
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return nil, err
+	}
+	id := s.ShardOf(jobID)
+	key := s.keys.Job(id, jobID)
+	for attempt := 0; ; attempt++ {
+		m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(key).Build()).AsStrMap()
+		if err != nil {
+			return nil, fmt.Errorf("update job %q: %w", jobID, err)
+		}
+		if len(m) == 0 {
+			return nil, ErrNotFound
+		}
+		oldDH := m["dh"]
+		j := decodeInfo(jobID, m).Job
+		if u.Schedule != nil {
+			if u.Schedule.IsRecurring() != j.Schedule.IsRecurring() {
+				return nil, &job.FieldError{Field: "schedule", Msg: "a one-time job cannot become recurring or the other way round: create a new job"}
+			}
+			j.Schedule = *u.Schedule
+		}
+		if u.Payload != nil {
+			j.Payload = *u.Payload
+		}
+		if u.Priority != nil {
+			p := *u.Priority
+			j.Priority = &p
+		}
+		if u.Retry != nil {
+			j.Retry = *u.Retry
+		}
+		if err := j.Normalize(s.cfg.MaxPayload); err != nil {
+			return nil, err
+		}
+		e, err := encode(&j)
+		if err != nil {
+			return nil, err
+		}
+		kind, when := "", ""
+		if u.Schedule != nil {
+			kind, when = e.kind, e.when
+			if e.cron != nil {
+				est, err := s.ServerNow(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if when, err = candidates(e.cron, est); err != nil {
+					return nil, &job.FieldError{Field: "schedule.cron", Msg: err.Error()}
+				}
+			}
+		}
+		set := map[string]bool{}
+		var setArgs []string
+		for k := 0; k < len(e.def); k += 2 {
+			if e.def[k] == "ver" {
+				continue
+			}
+			set[e.def[k]] = true
+			setArgs = append(setArgs, e.def[k], e.def[k+1])
+		}
+		var del []string
+		for _, f := range defFields {
+			if _, ok := m[f]; ok && !set[f] {
+				del = append(del, f)
+			}
+		}
+		args := append(s.jobArgs(id, jobID), oldDH, e.dh, kind, when, strconv.Itoa(len(del)), strconv.Itoa(len(setArgs)/2))
+		args = append(append(args, del...), setArgs...)
+		reply, err := s.exec1(ctx, call{s.scripts.UpdateJob, []string{s.keys.Buckets(id)}, args}).ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("update job %q: %w", jobID, err)
+		}
+		switch code := i64(reply[0]); {
+		case (code == -5 || code == -4) && attempt < 3:
+			if code == -4 {
+				if err := s.measureClock(ctx); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		case code < 0 && code != -5:
+			return nil, codeError(code)
+		case code == -5:
+			return nil, fmt.Errorf("update job %q: changed concurrently %d times, try again", jobID, attempt+1)
+		case code == 0:
+			return nil, &StateError{Op: "update", JobID: jobID, State: str(reply[1])}
+		}
+		msgs := s.readySignals(nil, id, strs(reply[4]), 0)
+		if wake := i64(reply[3]); wake > 0 {
+			msgs = append(msgs, s.wakeSignal(id, wake))
+		}
+		s.publish(ctx, msgs)
+		return s.Get(ctx, jobID)
+	}
 }
 
 // DeadRun is an entry of the dead-letter set.
@@ -64,23 +310,144 @@ type DeadRun struct {
 	Shard    ID
 }
 
-// Dead pages through the dead-letter sets of all shards, oldest death first within a
-// shard; queue "" means every queue. limit defaults to 100 (at most 1000). next is ""
-// when the listing is complete.
+// Dead pages through the dead-letter sets, shard by shard, oldest death first within
+// a shard; queue "" means every queue. limit defaults to 100 (at most 1000). next is ""
+// when the listing is complete. A bad queue, limit or cursor is a *job.FieldError.
 func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string) (runs []DeadRun, next string, err error) {
-	return nil, "", errTODO
+	if limit, err = listLimit(limit); err != nil {
+		return nil, "", err
+	}
+	if queue != "" {
+		if err := job.ValidateID("queue", queue, job.MaxQueueLen); err != nil {
+			return nil, "", err
+		}
+	}
+	// The cursor is "<shard>.<score>.<entries with that score already seen>".
+	sh, score, seen := 0, int64(0), 0
+	if cursor != "" {
+		p := strings.Split(cursor, ".")
+		var e1, e2, e3 error
+		if len(p) == 3 {
+			sh, e1 = strconv.Atoi(p[0])
+			score, e2 = strconv.ParseInt(p[1], 10, 64)
+			seen, e3 = strconv.Atoi(p[2])
+		}
+		if len(p) != 3 || errors.Join(e1, e2, e3) != nil || sh < 0 || sh >= s.cfg.Shards || seen < 0 {
+			return nil, "", &job.FieldError{Field: "cursor", Msg: "not a cursor returned by this API"}
+		}
+	}
+	for rounds := 0; sh < s.cfg.Shards && len(runs) < limit && rounds < 4*scanRounds; rounds++ {
+		id := ID(sh)
+		want := limit - len(runs)
+		entries, err := s.c.Do(ctx, s.c.B().Zrangebyscore().Key(s.keys.Dead(id)).Min(strconv.FormatInt(score, 10)).Max("+inf").
+			Withscores().Limit(int64(seen), int64(want)).Build()).AsZScores()
+		if err != nil {
+			return nil, "", fmt.Errorf("dead runs of shard %d: %w", sh, err)
+		}
+		got, err := s.readDead(ctx, id, entries)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, r := range got {
+			if queue == "" || r.Queue == queue {
+				runs = append(runs, r)
+			}
+		}
+		for _, e := range entries {
+			if sc := int64(e.Score); sc == score {
+				seen++
+			} else {
+				score, seen = sc, 1
+			}
+		}
+		if len(entries) < want {
+			sh, score, seen = sh+1, 0, 0
+		}
+	}
+	if sh < s.cfg.Shards {
+		next = strconv.Itoa(sh) + "." + strconv.FormatInt(score, 10) + "." + strconv.Itoa(seen)
+	}
+	return runs, next, nil
 }
 
-// RequeueDead makes a dead run ready again with a fresh set of attempts. ErrNotFound
-// when member is not in the dead-letter set.
+func (s *Store) readDead(ctx context.Context, id ID, entries []rueidis.ZScore) ([]DeadRun, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, len(entries))
+	for i, e := range entries {
+		jobID, due, _ := SplitMember(e.Member)
+		cmds[i] = s.c.B().Hmget().Key(s.keys.Job(id, jobID)).Field("q", "t", "r"+strconv.FormatInt(due, 10)).Build()
+	}
+	out := make([]DeadRun, 0, len(entries))
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		f, err := r.ToArray()
+		if err != nil || len(f) != 3 {
+			return nil, fmt.Errorf("dead runs of shard %d: %v", id, err)
+		}
+		jobID, due, _ := SplitMember(entries[i].Member)
+		d := DeadRun{Member: entries[i].Member, JobID: jobID, Due: ms(due), DiedAt: ms(int64(entries[i].Score)),
+			Queue: str(f[0]), Type: str(f[1]), Shard: id}
+		if d.Queue == "" {
+			d.Queue = job.DefaultQueue
+		}
+		// The run field: "st|att|dl|tok|wk|sa|ra|er" (common.lua run_get).
+		if p := strings.SplitN(str(f[2]), "|", 8); len(p) == 8 {
+			d.Attempts, _ = strconv.Atoi(p[1])
+			d.Error = p[7]
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (s *Store) deadArgs(member string) (ID, error) {
+	jobID, _, ok := SplitMember(member)
+	if !ok || job.ValidateID("run", jobID, job.MaxIDLen) != nil {
+		return 0, &job.FieldError{Field: "run", Msg: fmt.Sprintf("%q is not a run: want <job id>:<due ms>", member)}
+	}
+	return s.ShardOf(jobID), nil
+}
+
+// RequeueDead gives a dead run a fresh set of attempts and makes it ready again (parked
+// when its job is paused). ErrNotFound when member is not in the dead-letter set; a
+// *StateError when its job has been cancelled or completed since.
 func (s *Store) RequeueDead(ctx context.Context, member string) error {
-	return errTODO
+	id, err := s.deadArgs(member)
+	if err != nil {
+		return err
+	}
+	reply, err := s.exec1(ctx, call{s.scripts.RequeueDead, []string{s.keys.Dead(id)}, []string{s.keys.Prefix(id), member}}).ToArray()
+	if err != nil {
+		return fmt.Errorf("requeue dead run %q: %w", member, err)
+	}
+	switch code := i64(reply[0]); {
+	case code < 0:
+		return codeError(code)
+	case code == 0:
+		jobID, _, _ := SplitMember(member)
+		return &StateError{Op: "requeue a dead run of", JobID: jobID, State: str(reply[1])}
+	}
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[2]), 0))
+	return nil
 }
 
 // DeleteDead removes a run from the dead-letter set for good. ErrNotFound when member is
 // not there.
 func (s *Store) DeleteDead(ctx context.Context, member string) error {
-	return errTODO
+	id, err := s.deadArgs(member)
+	if err != nil {
+		return err
+	}
+	code, err := s.exec1(ctx, call{s.scripts.DeleteDead, []string{s.keys.Dead(id)},
+		[]string{s.keys.Prefix(id), member, strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}}).AsInt64()
+	if err != nil {
+		return fmt.Errorf("delete dead run %q: %w", member, err)
+	}
+	if code < 0 {
+		return codeError(code)
+	}
+	return nil
 }
 
 // QueueStats are one queue's counts over all shards.
@@ -91,31 +458,157 @@ type QueueStats struct {
 	Ready     int64
 	InFlight  int64
 	Dead      int64
-	Fired     int64 // runs fired since the namespace was created
+	Fired     int64 // runs made ready since the namespace was created (retries included)
 }
 
-// Queues returns the figures of every queue that ever held a job, sorted by name.
+// Queues returns the figures of every queue that ever held a run, and of paused queues,
+// sorted by name. Scheduled, in-flight and dead counts are kept by the scripts; ready
+// counts are the ready sets' sizes.
 func (s *Store) Queues(ctx context.Context) ([]QueueStats, error) {
-	return nil, errTODO
+	byQueue, perShard, err := s.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := s.PausedQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for q := range paused {
+		if byQueue[q] == nil {
+			byQueue[q] = &QueueStats{Queue: q}
+		}
+		byQueue[q].Paused = true
+	}
+	// Ready counts: ZCARD of each queue's ready set on each shard that knows the queue.
+	var cmds rueidis.Commands
+	var who []*QueueStats
+	for sh, qs := range perShard {
+		for _, q := range qs {
+			cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Ready(ID(sh), q)).Build())
+			who = append(who, byQueue[q])
+		}
+	}
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("queue stats: %w", err)
+		}
+		who[i].Ready += n
+	}
+	out := make([]QueueStats, 0, len(byQueue))
+	for _, q := range byQueue {
+		out = append(out, *q)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Queue < out[b].Queue })
+	return out, nil
+}
+
+// stats sums the shards' stats hashes by queue; perShard lists the queues each shard knows.
+func (s *Store) stats(ctx context.Context) (map[string]*QueueStats, [][]string, error) {
+	cmds := make(rueidis.Commands, s.cfg.Shards)
+	for i := range cmds {
+		cmds[i] = s.c.B().Hgetall().Key(s.keys.Stats(ID(i))).Build()
+	}
+	byQueue := map[string]*QueueStats{}
+	perShard := make([][]string, s.cfg.Shards)
+	for sh, r := range s.c.DoMulti(ctx, cmds...) {
+		m, err := r.AsStrMap()
+		if err != nil {
+			return nil, nil, fmt.Errorf("queue stats of shard %d: %w", sh, err)
+		}
+		for f, v := range m {
+			kind, q, ok := strings.Cut(f, ":")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if !ok || err != nil {
+				continue
+			}
+			qs := byQueue[q]
+			if qs == nil {
+				qs = &QueueStats{Queue: q}
+				byQueue[q] = qs
+			}
+			if kind == "n" {
+				perShard[sh] = append(perShard[sh], q)
+			}
+			// A count can drift below zero only when a run's job vanished while counted;
+			// a shard's negative count is read as zero.
+			n = max(n, 0)
+			switch kind {
+			case "s":
+				qs.Scheduled += n
+			case "f":
+				qs.InFlight += n
+			case "d":
+				qs.Dead += n
+			case "n":
+				qs.Fired += n
+			}
+		}
+	}
+	return byQueue, perShard, nil
 }
 
 // Backlog returns the runs ready or in flight over all shards and queues.
 func (s *Store) Backlog(ctx context.Context) (int64, error) {
-	return 0, errTODO
+	_, perShard, err := s.stats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var cmds rueidis.Commands
+	for sh, qs := range perShard {
+		cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Inflight(ID(sh))).Build())
+		for _, q := range qs {
+			cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Ready(ID(sh), q)).Build())
+		}
+	}
+	var total int64
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return 0, fmt.Errorf("backlog: %w", err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // PauseQueue stops workers from claiming from queue (runs still fire into its ready
-// sets); changed is false when it was paused already.
+// sets). changed is false when it was paused already. Workers learn it from a signal at
+// once, or from their next sweep.
 func (s *Store) PauseQueue(ctx context.Context, queue string) (changed bool, err error) {
-	return false, errTODO
+	return s.setQueuePaused(ctx, queue, true)
 }
 
 // ResumeQueue undoes PauseQueue.
 func (s *Store) ResumeQueue(ctx context.Context, queue string) (changed bool, err error) {
-	return false, errTODO
+	return s.setQueuePaused(ctx, queue, false)
+}
+
+func (s *Store) setQueuePaused(ctx context.Context, queue string, pause bool) (bool, error) {
+	if err := job.ValidateID("queue", queue, job.MaxQueueLen); err != nil {
+		return false, err
+	}
+	cmd, verb := s.c.B().Srem().Key(s.keys.PausedQueues()).Member(queue).Build(), "resume"
+	if pause {
+		cmd, verb = s.c.B().Sadd().Key(s.keys.PausedQueues()).Member(queue).Build(), "pause"
+	}
+	n, err := s.c.Do(ctx, cmd).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("%s queue %q: %w", verb, queue, err)
+	}
+	s.publish(ctx, [][2]string{{s.keys.QueueChannel(), verb + " " + queue}})
+	return n == 1, nil
 }
 
 // PausedQueues returns the paused queues.
 func (s *Store) PausedQueues(ctx context.Context) (map[string]bool, error) {
-	return nil, errTODO
+	qs, err := s.c.Do(ctx, s.c.B().Smembers().Key(s.keys.PausedQueues()).Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("paused queues: %w", err)
+	}
+	out := make(map[string]bool, len(qs))
+	for _, q := range qs {
+		out[q] = true
+	}
+	return out, nil
 }

@@ -112,7 +112,10 @@ func TestFinished_ExpireAfterRetention(t *testing.T) {
 	require.ErrorIs(t, err, shard.ErrNotFound)
 	_, err = s.Runs(ctx, "once")
 	require.ErrorIs(t, err, shard.ErrNotFound)
-	require.Equal(t, []string{s.Keys().Meta()}, m.Keys(), "nothing left behind but the namespace record")
+	require.Equal(t, []string{s.Keys().Meta(), s.Keys().Stats(id)}, m.Keys(), "nothing left behind but the namespace record and the queue counts")
+	qs, err := s.Queues(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []shard.QueueStats{{Queue: "default", Fired: 1}}, qs)
 }
 
 func TestRuns_KeepsLastHistory(t *testing.T) {

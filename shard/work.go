@@ -53,7 +53,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 	calls := make([]call, len(reqs))
 	for i, q := range reqs {
 		calls[i] = call{s.scripts.ClaimRuns, []string{s.keys.Ready(q.Shard, q.Queue), s.keys.Inflight(q.Shard)},
-			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(q.N), worker, nonce}}
+			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(q.N), worker, nonce, q.Queue}}
 	}
 	out := make([]ClaimResult, len(reqs))
 	for i, r := range s.exec(ctx, calls...) {

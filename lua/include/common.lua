@@ -6,6 +6,8 @@
 --   P..'due:'..bucket  ZSET  runs due in one bucket; score = when they become ready (ms)
 --   P..'ready:'..queue ZSET  ready runs; score = (9-priority)*1e13 + due_ms
 --   job field 'h'            recent runs of a job: cjson entries, newest first, one per line
+--   P..'stats'         HASH  per-queue counts: 's:'..q scheduled (in due buckets), 'f:'..q in
+--                            flight, 'd:'..q dead, 'n:'..q runs made ready since creation
 
 -- now_ms returns the Redis server's clock in milliseconds.
 local function now_ms()
@@ -27,8 +29,39 @@ local function split_run(member)
   return string.sub(member, 1, i - 1), string.sub(member, i + 1)
 end
 
+-- Changes to the per-queue counts of P..'stats' are collected by stat and written by
+-- flush_stats, one HINCRBY per field, at the end of a script. The caller of a helper that
+-- counts passes the run's queue field as read (nil, false or '' mean the default queue),
+-- or UNKNOWN_Q when the job is gone and its queue cannot be known.
+local UNKNOWN_Q = {}
+local statDelta = {}
+local statFields = {}
+
+local function stat(kind, q, d)
+  if q == UNKNOWN_Q then
+    return
+  end
+  local f = kind .. ':' .. ((not q or q == '') and 'default' or q)
+  local v = statDelta[f]
+  if not v then
+    v = 0
+    statFields[#statFields + 1] = f
+  end
+  statDelta[f] = v + d
+end
+
+local function flush_stats(P)
+  for _, f in ipairs(statFields) do
+    local d = statDelta[f]
+    if d ~= 0 then
+      redis.call('HINCRBY', P .. 'stats', f, num(d))
+    end
+  end
+end
+
 -- file_due puts member into the due bucket of score and records the bucket in the index.
-local function file_due(P, bucketsKey, bucketMs, member, score)
+local function file_due(P, bucketsKey, bucketMs, member, score, q)
+  stat('s', q, 1)
   local b = math.floor(score / bucketMs)
   redis.call('ZADD', P .. 'due:' .. num(b), num(score), member)
   redis.call('ZADD', bucketsKey, num(b * bucketMs), num(b))
@@ -36,12 +69,13 @@ end
 
 -- unfile_due removes member from the due bucket of score; an emptied bucket leaves the index.
 -- Returns true when the member was there.
-local function unfile_due(P, bucketsKey, bucketMs, member, score)
+local function unfile_due(P, bucketsKey, bucketMs, member, score, q)
   local b = num(math.floor(score / bucketMs))
   local k = P .. 'due:' .. b
   if redis.call('ZREM', k, member) == 0 then
     return false
   end
+  stat('s', q, -1)
   if redis.call('ZCARD', k) == 0 then
     redis.call('ZREM', bucketsKey, b)
   end
@@ -65,7 +99,8 @@ end
 local unfiles = {}
 local unfileBuckets = {}
 
-local function unfile_later(b, member)
+local function unfile_later(b, member, q)
+  stat('s', q, -1)
   local l = group(unfiles, unfileBuckets, b)
   l[#l + 1] = member
 end
@@ -130,6 +165,7 @@ local readyQueues = {}
 
 local function add_ready(q, pri, due, member)
   q = field(q, 'default')
+  stat('n', q, 1)
   local adds = group(readyAdds, readyQueues, q)
   local k = #adds
   adds[k + 1], adds[k + 2] = num(ready_score(pri, due)), member
