@@ -51,10 +51,40 @@ type Config struct {
 	// It trades a little lateness for far fewer script calls under load. Default 2ms;
 	// a negative value fires every run at its own time.
 	Coalesce time.Duration
+	// Metrics receives counts of fired and reaped runs and lease changes. Nil means
+	// none.
+	Metrics Metrics
 	// Logger receives errors of the loops (rate-limited) and ownership changes. Nil
 	// discards.
 	Logger *slog.Logger
 }
+
+// Lease changes, as Metrics.LeaseChanged reports them.
+const (
+	LeaseAcquired = "acquired" // the dispatcher took a shard and started its loop
+	LeaseLost     = "lost"     // a shard's lease was gone when the dispatcher used or released it
+	LeaseReleased = "released" // the dispatcher gave a shard up (rebalance or Stop)
+)
+
+// Metrics receives a Dispatcher's measurements (package internal/prom has a Prometheus
+// implementation). Its methods are called from the dispatcher's goroutines, several at
+// once, and must be cheap and safe for concurrent use.
+type Metrics interface {
+	// RunsFired is called after a fire step made n > 0 runs of shard ready.
+	RunsFired(shard shard.ID, n int)
+	// RunsReaped is called after n > 0 runs of shard whose visibility deadline passed
+	// went back through the fail path.
+	RunsReaped(shard shard.ID, n int)
+	// LeaseChanged is called when the dispatcher's hold on shard changes: change is
+	// LeaseAcquired, LeaseLost or LeaseReleased.
+	LeaseChanged(shard shard.ID, change string)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RunsFired(shard.ID, int)       {}
+func (noMetrics) RunsReaped(shard.ID, int)      {}
+func (noMetrics) LeaseChanged(shard.ID, string) {}
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
@@ -76,6 +106,9 @@ func (c Config) withDefaults() Config {
 		c.Coalesce = 2 * time.Millisecond
 	} else if c.Coalesce < 0 {
 		c.Coalesce = 0
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -209,7 +242,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		return nil
 	}
 	for _, l := range held {
-		if _, err := d.store.ReleaseLease(ctx, l); err != nil {
+		if err := d.release(ctx, l); err != nil {
 			return err
 		}
 	}
@@ -285,7 +318,7 @@ func (d *Dispatcher) rebalance(ctx context.Context) error {
 		l.cancel()
 		<-l.done
 		if !l.lost {
-			if _, err := d.store.ReleaseLease(ctx, l.lease); err != nil {
+			if err := d.release(ctx, l.lease); err != nil {
 				return err
 			}
 			d.logger.InfoContext(ctx, "released shard", "shard", int(l.lease.Shard))
@@ -315,6 +348,13 @@ func (d *Dispatcher) rebalance(ctx context.Context) error {
 		if stale {
 			l.cancel()
 			<-l.done
+			d.mu.Lock()
+			counted := l.lost
+			d.mu.Unlock()
+			if !counted {
+				// The lease expired (or changed hands) between two renewals.
+				d.cfg.Metrics.LeaseChanged(l.lease.Shard, LeaseLost)
+			}
 			l = nil
 		}
 		if r.Held && l == nil {
@@ -334,15 +374,32 @@ func (d *Dispatcher) startLoop(ctx context.Context, lease shard.Lease) {
 	l := &loop{lease: lease, wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	d.loops[lease.Shard] = l
 	d.logger.InfoContext(ctx, "took shard", "shard", int(lease.Shard), "epoch", lease.Epoch)
+	d.cfg.Metrics.LeaseChanged(lease.Shard, LeaseAcquired)
 	go func() {
 		defer close(l.done)
 		if err := d.run(lctx, l); errors.Is(err, shard.ErrLeaseLost) {
 			d.mu.Lock()
 			l.lost = true
 			d.mu.Unlock()
+			d.cfg.Metrics.LeaseChanged(lease.Shard, LeaseLost)
 			d.logger.WarnContext(ctx, "lost shard lease", "shard", int(lease.Shard), "epoch", lease.Epoch)
 		}
 	}()
+}
+
+// release gives up a lease and reports it: released, or lost when it had expired (or
+// changed hands) already.
+func (d *Dispatcher) release(ctx context.Context, l shard.Lease) error {
+	released, err := d.store.ReleaseLease(ctx, l)
+	if err != nil {
+		return err
+	}
+	if released {
+		d.cfg.Metrics.LeaseChanged(l.Shard, LeaseReleased)
+	} else {
+		d.cfg.Metrics.LeaseChanged(l.Shard, LeaseLost)
+	}
+	return nil
 }
 
 // listen forwards wake signals to the shard loops.
@@ -422,19 +479,27 @@ func (d *Dispatcher) step(ctx context.Context, lease shard.Lease) (time.Duration
 	if err != nil {
 		return 0, err
 	}
+	fired := due.Fired
 	if len(due.Cron) > 0 {
 		plans := make([]shard.FirePlan, len(due.Cron))
 		for i, e := range due.Cron {
 			plans[i] = d.plan.plan(e, due.Now)
 		}
-		if _, err := d.store.Fire(ctx, lease, plans); err != nil {
+		n, err := d.store.Fire(ctx, lease, plans)
+		fired += n
+		if err != nil {
+			d.firedMetric(lease.Shard, fired)
 			return 0, err
 		}
 	}
+	d.firedMetric(lease.Shard, fired)
 	reaped := 0
 	if due.NextDeadline >= 0 && due.NextDeadline <= due.Now {
 		if reaped, err = d.store.Reap(ctx, lease, d.cfg.BatchSize); err != nil {
 			return 0, err
+		}
+		if reaped > 0 {
+			d.cfg.Metrics.RunsReaped(lease.Shard, reaped)
 		}
 	}
 	if due.NextDue == due.Now || reaped >= d.cfg.BatchSize {
@@ -457,6 +522,12 @@ func (d *Dispatcher) step(ctx context.Context, lease shard.Lease) (time.Duration
 		floor = max(floor, d.cfg.Coalesce)
 	}
 	return max(time.Duration(next-due.Now)*time.Millisecond, floor), nil
+}
+
+func (d *Dispatcher) firedMetric(id shard.ID, n int) {
+	if n > 0 {
+		d.cfg.Metrics.RunsFired(id, n)
+	}
 }
 
 // assign returns the shards that member self owns on a ring of the live members. With
