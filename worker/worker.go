@@ -4,7 +4,10 @@
 // runs each handler with a context that carries the run's timeout and is cancelled when
 // the job is cancelled or the worker stops, heartbeats long runs, and acks or fails each
 // run. Stop stops claiming, lets running handlers finish until its ctx ends, and hands
-// back the rest without using an attempt.
+// back the rest without using an attempt. A Worker does not claim from a queue that an
+// operator paused (shard.Store.PauseQueue), learning it from a signal or, if that is
+// lost, from its next sweep; runs already claimed go on, and claiming restarts as soon
+// as the queue is resumed.
 package worker
 
 import (
@@ -77,17 +80,43 @@ func (e *snoozeError) Error() string { return "snooze " + e.d.String() }
 // Snooze asks for the run to be tried again after d without using up an attempt.
 func Snooze(d time.Duration) error { return &snoozeError{max(d, 0)} }
 
-// Outcome is how an attempt ended, as ObserveFunc sees it.
+// Outcome is how an attempt ended, as ObserveFunc and Metrics see it.
 type Outcome string
 
-// Outcomes.
+// Outcomes. Result.Outcome is one of the first five (a rejected report is Result.Rejected,
+// a last failed attempt is OutcomeFailed with Attempt == MaxAttempts); Metrics.RunFinished
+// gets the finer OutcomeDead and OutcomeRejected too.
 const (
 	OutcomeSucceeded  Outcome = "succeeded"
-	OutcomeFailed     Outcome = "failed"
+	OutcomeFailed     Outcome = "failed" // the handler failed (for Metrics: a retry follows)
 	OutcomeCancelled  Outcome = "cancelled"
 	OutcomeSnoozed    Outcome = "snoozed"
-	OutcomeHandedBack Outcome = "handed_back"
+	OutcomeHandedBack Outcome = "handed_back" // returned unfinished at shutdown, no attempt used
+	OutcomeDead       Outcome = "dead"        // Metrics only: the last attempt failed
+	OutcomeRejected   Outcome = "rejected"    // Metrics only: Redis refused the report (the run was redelivered)
 )
+
+// Metrics receives a Worker's measurements (package internal/prom has a Prometheus
+// implementation). Its methods are called on the claim and report paths, from several
+// goroutines at once, and must be cheap and safe for concurrent use.
+type Metrics interface {
+	// RunsClaimed is called when a claim took n > 0 runs of queue.
+	RunsClaimed(queue string, n int)
+	// RunFinished is called once per claimed run when its attempt has ended and been
+	// reported to Redis, with the outcome of the report: OutcomeDead for a failure of
+	// the last attempt, OutcomeRejected when Redis refused the report or a heartbeat
+	// found the run redelivered (then nothing is reported). lateness is the time from the run's
+	// due time to the start of its handler, or to its claim when the handler never
+	// started (a hand-back at shutdown); it is measured on the Redis clock, so the
+	// worker's clock does not matter. duration is how long the handler ran (0 when it
+	// never started).
+	RunFinished(queue string, outcome Outcome, lateness, duration time.Duration)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RunsClaimed(string, int)                                   {}
+func (noMetrics) RunFinished(string, Outcome, time.Duration, time.Duration) {}
 
 // Result describes one finished attempt, for Config.ObserveFunc.
 type Result struct {
@@ -105,7 +134,8 @@ type Result struct {
 type Config struct {
 	// Store is the namespace to work on. Required.
 	Store *shard.Store
-	// Queues to claim from. Default ["default"].
+	// Queues to claim from. Default ["default"]. A paused queue is skipped until it is
+	// resumed.
 	Queues []string
 	// Concurrency is how many handlers run at once. Default 10.
 	Concurrency int
@@ -118,8 +148,12 @@ type Config struct {
 	// Sweep is the interval of the safety-net sweep that claims from every shard in
 	// case a signal was lost. Default 2s.
 	Sweep time.Duration
-	// ObserveFunc, if set, is called after each attempt (from the handler goroutine).
+	// ObserveFunc, if set, is called after each attempt that started a handler, once its
+	// outcome has been reported (from the worker's goroutines: keep it short).
 	ObserveFunc func(Result)
+	// Metrics receives counts of claimed and finished runs, their lateness and
+	// durations. Nil means none.
+	Metrics Metrics
 	// Logger receives errors (rate-limited). Nil discards.
 	Logger *slog.Logger
 }
@@ -140,6 +174,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sweep == 0 {
 		c.Sweep = 2 * time.Second
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -188,9 +225,14 @@ type Worker struct {
 	// the latest ready signal for it (0 when marked by a sweep): a claim that comes back
 	// short clears a source only if it ran after that time, so a signal for runs made
 	// ready while the claim was in flight is not lost.
-	hot      map[source]int64
-	started  bool
-	stopping bool
+	hot map[source]int64
+	// paused holds the worker's queues that an operator paused: their sources stay in
+	// hot but are not claimed. pausedGen counts pause and resume signals, so a read of
+	// the paused set that raced with one does not overwrite it with older news.
+	paused    map[string]bool
+	pausedGen uint64
+	started   bool
+	stopping  bool
 
 	claimWake  chan struct{}      // work may be available or slots freed
 	runs       chan *active       // claimed, waiting for a handler slot
@@ -203,6 +245,10 @@ type Worker struct {
 	handlersWG sync.WaitGroup     // executor goroutines
 	reports    chan report        // finished attempts, batched to Redis by the reporter
 	reporter   sync.WaitGroup
+
+	queues     map[string]bool // Config.Queues
+	pauseErrs  *limit.Every    // logs of failed reads of the paused set
+	afterSweep func()          // test hook: called by the claim loop after each sweep
 }
 
 // report is a finished attempt waiting to be sent to Redis.
@@ -211,6 +257,7 @@ type report struct {
 	f       shard.Finish
 	run     *Run // nil for a hand-back of a run that never started
 	started time.Time
+	ended   time.Time // when the handler returned
 	err     error
 }
 
@@ -224,6 +271,7 @@ type active struct {
 	queue    string
 	cancel   context.CancelCauseFunc // set once the handler starts
 	extended time.Time               // last heartbeat (local)
+	got      time.Time               // when the claim reply arrived (local)
 	started  bool
 }
 
@@ -238,13 +286,20 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	queues := make(map[string]bool, len(cfg.Queues))
+	for _, q := range cfg.Queues {
+		queues[q] = true
+	}
 	return &Worker{
 		cfg: cfg, store: cfg.Store, nonce: randHex(6),
 		logger:   cfg.Logger.With("component", "worker", "worker", cfg.ID),
 		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{},
+		paused:    map[string]bool{},
 		claimWake: make(chan struct{}, 1),
 		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch),
 		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
+		queues:    queues,
+		pauseErrs: limit.NewEvery(time.Minute),
 	}, nil
 }
 
@@ -320,11 +375,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
+// markAllHot marks every source hot. The caller holds w.mu.
 func (w *Worker) markAllHot() {
 	for _, q := range w.cfg.Queues {
-		for i := 0; i < w.store.Shards(); i++ {
-			w.markHot(source{q, shard.ID(i)}, 0)
-		}
+		w.markQueueHot(q)
+	}
+}
+
+// markQueueHot marks every shard of queue q hot. The caller holds w.mu.
+func (w *Worker) markQueueHot(q string) {
+	for i := 0; i < w.store.Shards(); i++ {
+		w.markHot(source{q, shard.ID(i)}, 0)
 	}
 }
 
@@ -360,36 +421,24 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	capacity := w.cfg.Concurrency + w.cfg.Prefetch
 	var order []source
 	var reqs []shard.ClaimRequest
+	var pausedRead time.Time // last read of the paused set
 	for {
-		w.mu.Lock()
-		free := capacity - len(w.held)
-		reqs = reqs[:0]
-		if free > 0 {
-			// Round-robin over hot sources so no shard starves.
-			if len(order) == 0 {
-				for s := range w.hot {
-					order = append(order, s)
-				}
-			}
-			sources := min(max(free/minClaimPerSource, 1), maxClaimSources)
-			for len(order) > 0 && len(reqs) < sources {
-				var src source
-				src, order = order[0], order[1:]
-				if _, ok := w.hot[src]; ok {
-					reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
-				}
-			}
-			// Share the free slots: every source gets at least one, the first ones the rest.
-			for i := range reqs {
-				reqs[i].N = free / len(reqs)
-				if i < free%len(reqs) {
-					reqs[i].N++
-				}
-			}
+		// Read the paused set at start and then about once a sweep, even when the loop
+		// is never idle: it repairs what a lost pause or resume signal left wrong.
+		if now := time.Now(); now.Sub(pausedRead) >= w.cfg.Sweep {
+			w.refreshPaused(ctx)
+			pausedRead = now
 		}
+		w.mu.Lock()
+		order, reqs = w.nextRound(order, reqs[:0], capacity-len(w.held))
 		w.mu.Unlock()
 		if len(reqs) > 0 {
 			results := w.store.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
+			for i, res := range results {
+				if res.Err == nil && len(res.Runs) > 0 {
+					w.cfg.Metrics.RunsClaimed(reqs[i].Queue, len(res.Runs))
+				}
+			}
 			w.mu.Lock()
 			failed := w.takeClaims(reqs, results)
 			w.mu.Unlock()
@@ -413,12 +462,91 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			return
 		case <-w.claimWake:
 		case <-sweep.C:
+			pausedRead = time.Time{}
 			w.mu.Lock()
 			w.markAllHot()
 			w.mu.Unlock()
 			order = nil
+			if w.afterSweep != nil {
+				w.afterSweep()
+			}
 		}
 	}
+}
+
+// nextRound picks the sources of the next claim round, given free slots: up to
+// maxClaimSources hot sources of queues that are not paused, taken round-robin from order
+// (refilled from the hot set when it runs out, so no shard starves), with the free slots
+// shared among them. It returns the rest of order and the requests (appended to reqs),
+// none when no slot is free or no claimable source is hot. The caller holds w.mu.
+func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, free int) ([]source, []shard.ClaimRequest) {
+	if free <= 0 {
+		return order, reqs
+	}
+	if len(order) == 0 {
+		for s := range w.hot {
+			if !w.paused[s.queue] {
+				order = append(order, s)
+			}
+		}
+	}
+	sources := min(max(free/minClaimPerSource, 1), maxClaimSources)
+	for len(order) > 0 && len(reqs) < sources {
+		var src source
+		src, order = order[0], order[1:]
+		if _, ok := w.hot[src]; ok && !w.paused[src.queue] {
+			reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
+		}
+	}
+	// Share the free slots: every source gets at least one, the first ones the rest.
+	for i := range reqs {
+		reqs[i].N = free / len(reqs)
+		if i < free%len(reqs) {
+			reqs[i].N++
+		}
+	}
+	return order, reqs
+}
+
+// refreshPaused reads which of the worker's queues are paused, repairing what a lost
+// pause or resume signal left wrong. A queue found resumed is marked hot. When the read
+// fails, the worker keeps what it knew (nothing paused at first) and logs, rate-limited:
+// claiming must not stop because the paused set cannot be read.
+func (w *Worker) refreshPaused(ctx context.Context) {
+	w.mu.Lock()
+	gen := w.pausedGen
+	w.mu.Unlock()
+	set, err := w.store.PausedQueues(ctx)
+	if err != nil {
+		if ctx.Err() == nil && w.pauseErrs.Allow() {
+			w.logger.WarnContext(ctx, "read paused queues", "error", err)
+		}
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if gen != w.pausedGen {
+		// A signal arrived meanwhile; it is at least as new as this read. The next
+		// sweep reads again.
+		return
+	}
+	for q := range w.queues {
+		w.setPaused(q, set[q])
+	}
+}
+
+// setPaused records whether queue q is paused; resuming marks its sources hot. The
+// caller holds w.mu.
+func (w *Worker) setPaused(q string, paused bool) {
+	if paused == w.paused[q] {
+		return
+	}
+	if paused {
+		w.paused[q] = true
+		return
+	}
+	delete(w.paused, q)
+	w.markQueueHot(q)
 }
 
 // takeClaims holds and queues the runs of a claim round and returns the indexes of the
@@ -441,8 +569,9 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 				delete(w.hot, src)
 			}
 		}
+		now := time.Now()
 		for k := range res.Runs {
-			a := &active{c: res.Runs[k], queue: req.Queue, extended: time.Now()}
+			a := &active{c: res.Runs[k], queue: req.Queue, extended: now, got: now}
 			w.held[a.c.Member] = a
 			w.runs <- a // never blocks: held ≤ capacity = cap(runs)
 		}
@@ -453,7 +582,7 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 // listen turns ready and cancel signals into hot sources and cancelled handlers.
 func (w *Worker) listen(ctx context.Context) {
 	keys := w.store.Keys()
-	channels := []string{keys.CancelChannel()}
+	channels := []string{keys.CancelChannel(), keys.QueueChannel()}
 	queueOf := map[string]string{}
 	for _, q := range w.cfg.Queues {
 		ch := keys.ReadyChannel(q)
@@ -464,26 +593,10 @@ func (w *Worker) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := w.store.Subscribe(ctx, channels, func(ch, msg string) {
 			if q, ok := queueOf[ch]; ok {
-				id, at, ok := shard.ParseReady(msg, w.store.Shards())
-				if !ok {
-					return
-				}
-				w.mu.Lock()
-				w.markHot(source{q, id}, at)
-				w.mu.Unlock()
-				w.poke()
+				w.readySignal(q, msg)
 				return
 			}
-			_, member, ok := strings.Cut(msg, " ")
-			if !ok {
-				return
-			}
-			w.mu.Lock()
-			a := w.held[member]
-			w.mu.Unlock()
-			if a != nil {
-				w.cancelRun(a, errJobCancelled)
-			}
+			w.signal(ch, msg)
 		})
 		if ctx.Err() != nil {
 			return
@@ -499,6 +612,48 @@ func (w *Worker) listen(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// readySignal marks the source of a ready signal of queue q hot.
+func (w *Worker) readySignal(q, msg string) {
+	id, at, ok := shard.ParseReady(msg, w.store.Shards())
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	w.markHot(source{q, id}, at)
+	w.mu.Unlock()
+	w.poke()
+}
+
+// signal handles a message of the cancel or queue channel.
+func (w *Worker) signal(ch, msg string) {
+	keys := w.store.Keys()
+	switch ch {
+	case keys.QueueChannel():
+		verb, q, ok := strings.Cut(msg, " ")
+		if !ok || !w.queues[q] || (verb != "pause" && verb != "resume") {
+			return
+		}
+		w.mu.Lock()
+		w.pausedGen++
+		w.setPaused(q, verb == "pause")
+		w.mu.Unlock()
+		if verb == "resume" {
+			w.poke()
+		}
+	case keys.CancelChannel():
+		_, member, ok := strings.Cut(msg, " ")
+		if !ok {
+			return
+		}
+		w.mu.Lock()
+		a := w.held[member]
+		w.mu.Unlock()
+		if a != nil {
+			w.cancelRun(a, errJobCancelled)
 		}
 	}
 }
@@ -576,7 +731,7 @@ func (w *Worker) execute() {
 		w.mu.Unlock()
 		if stopping {
 			// Claimed but never started: hand back without using an attempt.
-			w.finish(a, nil, shard.Finish{Outcome: shard.HandBack}, time.Now(), nil)
+			w.finish(a, nil, shard.Finish{Outcome: shard.HandBack}, time.Time{}, time.Time{}, nil)
 			continue
 		}
 		w.work(a)
@@ -596,6 +751,7 @@ func (w *Worker) work(a *active) {
 	w.mu.Unlock()
 	started := time.Now()
 	err := w.call(ctx, r)
+	ended := time.Now()
 	cause := context.Cause(ctx)
 	cancelTimeout()
 	cancel(nil)
@@ -609,7 +765,8 @@ func (w *Worker) work(a *active) {
 	case errors.Is(cause, shard.ErrTokenMismatch):
 		// Lost the run to another worker; nothing to report (it would be rejected).
 		w.done(a)
-		w.observe(Result{Run: r, Started: started, Finished: time.Now(), Outcome: OutcomeFailed, Err: err, Rejected: true})
+		w.cfg.Metrics.RunFinished(a.queue, OutcomeRejected, a.lateness(started), ended.Sub(started))
+		w.observe(Result{Run: r, Started: started, Finished: ended, Outcome: OutcomeFailed, Err: err, Rejected: true})
 		return
 	case err == nil:
 		f.Outcome = shard.Succeeded
@@ -623,7 +780,13 @@ func (w *Worker) work(a *active) {
 			f.Error = cause.Error() + ": " + err.Error()
 		}
 	}
-	w.finish(a, r, f, started, err)
+	w.finish(a, r, f, started, ended, err)
+}
+
+// lateness is the time from the run's due time to started (local), on the Redis clock:
+// the claim's lateness plus the local wait between the claim reply and started.
+func (a *active) lateness(started time.Time) time.Duration {
+	return a.c.ClaimedAt.Sub(a.c.Due) + started.Sub(a.got)
 }
 
 // call runs the handler, turning a panic into an error.
@@ -647,9 +810,10 @@ func (w *Worker) call(ctx context.Context, r *Run) (err error) {
 }
 
 // finish queues the attempt's report for the reporter.
-func (w *Worker) finish(a *active, r *Run, f shard.Finish, started time.Time, herr error) {
+// started and ended are zero for a run whose handler never started.
+func (w *Worker) finish(a *active, r *Run, f shard.Finish, started, ended time.Time, herr error) {
 	f.Member, f.Token = a.c.Member, a.c.Token
-	w.reports <- report{a: a, f: f, run: r, started: started, err: herr}
+	w.reports <- report{a: a, f: f, run: r, started: started, ended: ended, err: herr}
 }
 
 // maxReportBatch bounds the reports sent in one pipeline.
@@ -708,6 +872,7 @@ func (w *Worker) report() {
 		now := time.Now()
 		for i, r := range batch {
 			w.done(r.a)
+			w.measure(r, outcomes[r.f.Outcome], rejected[i])
 			if r.run != nil {
 				w.observe(Result{Run: r.run, Started: r.started, Finished: now, Outcome: outcomes[r.f.Outcome], Err: r.err, Rejected: rejected[i]})
 			}
@@ -720,6 +885,22 @@ func (w *Worker) done(a *active) {
 	delete(w.held, a.c.Member)
 	w.mu.Unlock()
 	w.poke()
+}
+
+// measure reports a finished attempt to Metrics.
+func (w *Worker) measure(r report, o Outcome, rejected bool) {
+	switch {
+	case rejected:
+		o = OutcomeRejected
+	case o == OutcomeFailed && r.a.c.Attempt >= r.a.c.MaxAttempts:
+		o = OutcomeDead
+	}
+	a := r.a
+	if r.started.IsZero() {
+		w.cfg.Metrics.RunFinished(a.queue, o, a.c.ClaimedAt.Sub(a.c.Due), 0)
+		return
+	}
+	w.cfg.Metrics.RunFinished(a.queue, o, a.lateness(r.started), r.ended.Sub(r.started))
 }
 
 func (w *Worker) observe(res Result) {
