@@ -1,15 +1,25 @@
 // Package ingest is tock's front door: the versioned JSON API (v1) on fasthttp through
 // which jobs are created and managed, its wire types, and a Go client for it.
+//
+// The routes are listed in openapi.json (served at GET /v1/openapi.json). Every error
+// reply is an ErrorReply with one of the Code… constants and the HTTP status that goes
+// with it.
 package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -28,12 +38,26 @@ type Token struct {
 	Scope  Scope
 }
 
-// Metrics receives the server's measurements. Nil means none.
+// Metrics receives the server's measurements. Nil means none. Its methods are called
+// from many goroutines at once.
 type Metrics interface {
 	// HTTPRequest is called once per request with its route pattern (such as
-	// "POST /v1/jobs"), status and duration.
+	// "POST /v1/jobs" or "GET /v1/jobs/{id}"; "unmatched" for unknown paths), status
+	// and duration.
 	HTTPRequest(route string, status int, d time.Duration)
 }
+
+// Defaults of Config.
+const (
+	DefaultAddr           = "127.0.0.1:8080"
+	DefaultMaxBatch       = 10000
+	DefaultRedisTimeout   = 5 * time.Second
+	DefaultBacklogRefresh = 500 * time.Millisecond
+	maxDefaultBody        = 64 << 20
+	// perJobOverhead is the room a batch item takes beside its payload in the default
+	// MaxBody.
+	perJobOverhead = 1 << 10
+)
 
 // Config configures a Server.
 type Config struct {
@@ -42,6 +66,7 @@ type Config struct {
 	// Addr is the listen address of Start. Default "127.0.0.1:8080".
 	Addr string
 	// Tokens are the accepted bearer tokens. Empty means no authentication (tock dev).
+	// Secrets must be distinct and not empty.
 	Tokens []Token
 	// MaxBatch bounds the jobs of one batch create. Default 10000.
 	MaxBatch int
@@ -51,6 +76,10 @@ type Config struct {
 	// MaxBacklog is the most runs ready or in flight (over all queues) before creates are
 	// refused with 429 and Retry-After. 0 means no limit.
 	MaxBacklog int64
+	// BacklogRefresh is how long a measured backlog is reused before creates measure it
+	// again (one request measures while the others use the previous figure). Default
+	// 500ms. Only used with MaxBacklog.
+	BacklogRefresh time.Duration
 	// RedisTimeout bounds every Redis call a request makes. Default 5s.
 	RedisTimeout time.Duration
 	// MetricsHandler serves GET /metrics when set (cmd passes Prometheus's).
@@ -61,30 +90,302 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Server serves the API. Start it with Start (or Serve a listener), stop it with Stop.
-type Server struct {
-	cfg Config
-}
-
-// New validates cfg and returns a Server.
-func New(cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("ingest: Store is required")
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
 	}
-	return &Server{cfg: cfg}, nil
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxBody == 0 {
+		maxPayload := job.DefaultMaxPayload
+		if c.Store != nil {
+			maxPayload = c.Store.Config().MaxPayload
+		}
+		// A payload sent as base64 takes 4/3 of its size.
+		per := int64(maxPayload)*4/3 + perJobOverhead
+		c.MaxBody = int(min(int64(c.MaxBatch)*per, maxDefaultBody))
+	}
+	if c.RedisTimeout == 0 {
+		c.RedisTimeout = DefaultRedisTimeout
+	}
+	if c.BacklogRefresh == 0 {
+		c.BacklogRefresh = DefaultBacklogRefresh
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
 }
 
-// Handler returns the request handler, for tests and for embedding.
-func (s *Server) Handler() fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) {}
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("ingest: Store is required")
+	case c.MaxBatch < 1:
+		return fmt.Errorf("ingest: MaxBatch: must be at least 1, got %d", c.MaxBatch)
+	case c.MaxBody < 1:
+		return fmt.Errorf("ingest: MaxBody: must be at least 1, got %d", c.MaxBody)
+	case c.MaxBacklog < 0:
+		return fmt.Errorf("ingest: MaxBacklog: must not be negative, got %d", c.MaxBacklog)
+	case c.BacklogRefresh < 0:
+		return fmt.Errorf("ingest: BacklogRefresh: must not be negative, got %s", c.BacklogRefresh)
+	case c.RedisTimeout < 0:
+		return fmt.Errorf("ingest: RedisTimeout: must not be negative, got %s", c.RedisTimeout)
+	}
+	seen := map[string]bool{}
+	for i, t := range c.Tokens {
+		switch {
+		case t.Secret == "":
+			return fmt.Errorf("ingest: Tokens[%d]: empty secret", i)
+		case t.Scope != ScopeRead && t.Scope != ScopeWrite:
+			return fmt.Errorf("ingest: Tokens[%d]: scope must be %q or %q, got %q", i, ScopeRead, ScopeWrite, t.Scope)
+		case seen[t.Secret]:
+			return fmt.Errorf("ingest: Tokens[%d]: duplicate secret", i)
+		}
+		seen[t.Secret] = true
+	}
+	return nil
 }
+
+// ErrServerClosed is returned by Start and Serve after Stop.
+var ErrServerClosed = errors.New("ingest: server closed")
+
+// Server serves the API. Start it with Start (or Serve a listener), stop it with Stop.
+// Its methods are safe for concurrent use.
+type Server struct {
+	cfg        Config
+	store      *shard.Store
+	log        *slog.Logger
+	maxPayload int
+	tokens     []tokenSum
+	routes     [numRoutes][]endpoint
+	srv        *fasthttp.Server
+	now        func() time.Time // the local clock: fire rates and backlog age
+
+	backlog  backlogCache
+	rates    rateTracker
+	errLog   logLimiter
+	inflight atomic.Int64 // requests inside the handler
+
+	mu          sync.Mutex
+	lns         []net.Listener
+	addr        string
+	started     bool
+	closing     bool
+	shutdownRan bool
+	quit        chan struct{} // closed by the first Stop
+	wg          sync.WaitGroup
+}
+
+type tokenSum struct {
+	sum   [sha256.Size]byte
+	scope Scope
+}
+
+// New validates cfg (applying the defaults documented on Config) and returns a Server.
+// It does not touch Redis.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:        cfg,
+		store:      cfg.Store,
+		log:        cfg.Logger.With("component", "ingest"),
+		maxPayload: cfg.Store.Config().MaxPayload,
+		now:        time.Now,
+		quit:       make(chan struct{}),
+	}
+	for _, t := range cfg.Tokens {
+		s.tokens = append(s.tokens, tokenSum{sum: sha256.Sum256([]byte(t.Secret)), scope: t.Scope})
+	}
+	s.routes = s.buildRoutes()
+	s.srv = &fasthttp.Server{
+		Handler:               s.handle,
+		ErrorHandler:          s.handleReadError,
+		Name:                  "tock",
+		MaxRequestBodySize:    cfg.MaxBody,
+		ReadTimeout:           time.Minute,
+		WriteTimeout:          time.Minute,
+		IdleTimeout:           2 * time.Minute,
+		CloseOnShutdown:       true,
+		NoDefaultServerHeader: true,
+		Logger:                fasthttpLogger{s.log},
+	}
+	return s, nil
+}
+
+// Handler returns the request handler, for tests and for embedding in another
+// fasthttp server (which should bound bodies to Config.MaxBody itself; the handler
+// refuses longer ones, but only once they have been read).
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
 
 // Start listens on Config.Addr and serves until Stop or until ctx ends. It returns once
-// listening (an error when the address cannot be bound).
-func (s *Server) Start(ctx context.Context) error { return errors.New("not implemented yet") }
+// listening (an error when the address cannot be bound). Starting twice, or after Stop,
+// is an error.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.closing:
+		s.mu.Unlock()
+		return ErrServerClosed
+	case s.started:
+		s.mu.Unlock()
+		return errors.New("ingest: server already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		s.mu.Lock()
+		s.started = false
+		s.mu.Unlock()
+		return fmt.Errorf("ingest: listen on %s: %w", s.cfg.Addr, err)
+	}
+	if !s.register(ln, 2) {
+		return ErrServerClosed
+	}
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil {
+			s.log.Error("serve", "addr", ln.Addr().String(), "error", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := s.shutdown(sctx); err != nil {
+				s.log.Error("shutdown after the start context ended", "error", err)
+			}
+		case <-s.quit:
+		}
+	}()
+	return nil
+}
+
+// register adds ln to the listeners Stop closes and goroutines to the wait group; false
+// (and ln closed) after Stop.
+func (s *Server) register(ln net.Listener, goroutines int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		_ = ln.Close()
+		return false
+	}
+	s.wg.Add(goroutines)
+	s.lns = append(s.lns, ln)
+	if s.addr == "" {
+		s.addr = ln.Addr().String()
+	}
+	return true
+}
+
+// Serve serves connections from ln until Stop, then returns nil (ErrServerClosed when
+// called after Stop). It may be called instead of Start, for tests with an in-memory
+// listener, or beside it.
+func (s *Server) Serve(ln net.Listener) error {
+	if !s.register(ln, 1) {
+		return ErrServerClosed
+	}
+	defer s.wg.Done()
+	return s.srv.Serve(ln)
+}
 
 // Addr returns the address the server listens on once started ("" before).
-func (s *Server) Addr() string { return "" }
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
 
-// Stop stops accepting connections and waits for in-flight requests, bounded by ctx.
-func (s *Server) Stop(ctx context.Context) error { return nil }
+// Stop stops accepting connections and waits for in-flight requests, bounded by ctx;
+// when ctx ends first it returns ctx.Err() and may be called again. Calling Stop twice,
+// or without Start, is safe.
+func (s *Server) Stop(ctx context.Context) error {
+	if err := s.shutdown(ctx); err != nil {
+		return err
+	}
+	// The listeners are closed, so the Serve loops are returning.
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		close(s.quit)
+	}
+	first := !s.shutdownRan
+	s.shutdownRan = true
+	lns := s.lns
+	s.mu.Unlock()
+
+	if first {
+		// Closes the listeners, closes idle connections, and waits for the others.
+		if err := s.srv.ShutdownWithContext(ctx); err != nil {
+			return fmt.Errorf("ingest: shutdown: %w", err)
+		}
+	}
+	// A listener registered while fasthttp shut down is not known to it.
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	// fasthttp's shutdown returns at once after a first one timed out: wait for the
+	// requests in the handler ourselves.
+	if s.inflight.Load() == 0 {
+		return nil
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ingest: shutdown: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// fasthttpLogger routes fasthttp's own messages to the logger.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Warn(fmt.Sprintf(format, args...), "source", "fasthttp")
+}
+
+// logLimiter lets one error log through per second and counts the others.
+type logLimiter struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// logError logs an internal error, at most once per second (the count of the ones left
+// out goes with the next).
+func (s *Server) logError(ctx context.Context, msg string, err error, attrs ...any) {
+	l := &s.errLog
+	l.mu.Lock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.suppressed, l.last = 0, now
+	l.mu.Unlock()
+	attrs = append(attrs, "error", err)
+	if n > 0 {
+		attrs = append(attrs, "suppressed", n)
+	}
+	s.log.ErrorContext(ctx, msg, attrs...)
+}

@@ -1,0 +1,563 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// openAPIDoc is the OpenAPI 3 description of the API, served at GET /v1/openapi.json.
+//
+//go:embed openapi.json
+var openAPIDoc []byte
+
+func (s *Server) healthz(ctx *fasthttp.RequestCtx, _ string) {
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"status":"ok"}` + "\n")
+}
+
+func (s *Server) readyz(ctx *fasthttp.RequestCtx, _ string) {
+	rc, cancel := s.rctx(ctx)
+	defer cancel()
+	c := s.store.Client()
+	if err := c.Do(rc, c.B().Ping().Build()).Error(); err != nil {
+		s.logError(rc, "readiness: redis ping failed", err)
+		writeError(ctx, &apiError{status: 503, code: CodeUnavailable, msg: "redis is not reachable"})
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"status":"ok"}` + "\n")
+}
+
+func (s *Server) metrics(ctx *fasthttp.RequestCtx, _ string) {
+	if s.cfg.MetricsHandler == nil {
+		writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "metrics are not enabled"})
+		return
+	}
+	s.cfg.MetricsHandler(ctx)
+}
+
+func (s *Server) openAPI(ctx *fasthttp.RequestCtx, _ string) {
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openAPIDoc)
+}
+
+// mediaType is the request's Content-Type without parameters.
+func mediaType(ctx *fasthttp.RequestCtx) []byte {
+	ct := ctx.Request.Header.ContentType()
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return bytes.TrimSpace(ct)
+}
+
+func isJSON(mt []byte) bool {
+	return len(mt) == 0 || bytes.EqualFold(mt, []byte("application/json")) ||
+		len(mt) > 5 && bytes.EqualFold(mt[len(mt)-5:], []byte("+json"))
+}
+
+func isNDJSON(mt []byte) bool {
+	return bytes.EqualFold(mt, []byte("application/x-ndjson")) || bytes.EqualFold(mt, []byte("application/jsonl"))
+}
+
+// requireJSON answers 415 and returns false unless the body is declared JSON (or not
+// declared).
+func requireJSON(ctx *fasthttp.RequestCtx) bool {
+	if mt := mediaType(ctx); !isJSON(mt) {
+		writeError(ctx, &apiError{status: 415, code: CodeUnsupported,
+			msg: "Content-Type " + strconv.Quote(string(mt)) + " is not supported: send application/json"})
+		return false
+	}
+	return true
+}
+
+// idempotencyKey returns the Idempotency-Key header ("" when absent).
+func idempotencyKey(ctx *fasthttp.RequestCtx) (string, *apiError) {
+	k := ctx.Request.Header.Peek("Idempotency-Key")
+	if len(k) > maxIdempotencyKey {
+		return "", invalid("", "the Idempotency-Key header is longer than "+strconv.Itoa(maxIdempotencyKey)+" bytes")
+	}
+	return string(k), nil
+}
+
+// overloaded answers 429 with Retry-After and returns true when the backlog is over
+// Config.MaxBacklog.
+func (s *Server) overloaded(ctx *fasthttp.RequestCtx) bool {
+	if s.cfg.MaxBacklog <= 0 {
+		return false
+	}
+	n, ok := s.backlogNow(ctx)
+	if !ok || n <= s.cfg.MaxBacklog {
+		return false
+	}
+	retry := max(1, int(math.Ceil(s.cfg.BacklogRefresh.Seconds())))
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(retry))
+	writeError(ctx, &apiError{status: 429, code: CodeOverloaded,
+		msg: strconv.FormatInt(n, 10) + " runs are ready or in flight, over the limit of " +
+			strconv.FormatInt(s.cfg.MaxBacklog, 10) + ": retry later"})
+	return true
+}
+
+func jobWhat(id string) string { return "job " + strconv.Quote(id) }
+
+// createJob serves POST /v1/jobs.
+func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
+	if !requireJSON(ctx) || s.overloaded(ctx) {
+		return
+	}
+	key, aerr := idempotencyKey(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	j, aerr := decodeCreate(ctx.PostBody(), key, s.maxPayload)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	res, err := s.store.Create(rc, []*job.Job{j})
+	cancel()
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		s.storeError(ctx, jobWhat(j.ID), err)
+		return
+	}
+	r := &res[0]
+	if r.Conflict {
+		writeError(ctx, &apiError{status: 409, code: CodeConflict, field: "id",
+			msg: "job " + strconv.Quote(j.ID) + " exists with a different definition"})
+		return
+	}
+	status := fasthttp.StatusOK
+	if r.Created {
+		status = fasthttp.StatusCreated
+		ctx.Response.Header.Set(fasthttp.HeaderLocation, "/v1/jobs/"+j.ID)
+	}
+	writeJSON(ctx, status, wireCreated(j, r))
+}
+
+// batchItem is one job of a batch as decoded.
+type batchItem struct {
+	req JobRequest
+	err *apiError
+}
+
+// createBatch serves POST /v1/jobs:batch: a JSON array of JobRequests, or NDJSON (one
+// per line). Items that do not decode or validate get their own 400 (or 413); the others
+// are created in one store call. The reply is 200 with a result per item, in order.
+func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
+	mt := mediaType(ctx)
+	ndjson := isNDJSON(mt)
+	if !ndjson && !isJSON(mt) {
+		writeError(ctx, &apiError{status: 415, code: CodeUnsupported,
+			msg: "Content-Type " + strconv.Quote(string(mt)) + " is not supported: send application/json (an array) or application/x-ndjson"})
+		return
+	}
+	if s.overloaded(ctx) {
+		return
+	}
+	key, aerr := idempotencyKey(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	var items []batchItem
+	if ndjson {
+		items, aerr = decodeNDJSON(ctx.PostBody(), s.cfg.MaxBatch)
+	} else {
+		items, aerr = decodeArray(ctx.PostBody(), s.cfg.MaxBatch)
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	if len(items) == 0 {
+		writeError(ctx, invalid("", "the batch holds no jobs"))
+		return
+	}
+
+	reply := BatchReply{Results: make([]BatchResult, len(items))}
+	jobs := make([]*job.Job, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		if it.err == nil {
+			if it.req.ID == "" && key != "" {
+				it.req.ID = IdempotencyID(key + "#" + strconv.Itoa(i))
+			}
+			var j *job.Job
+			if j, it.err = decodeJob(&it.req, s.maxPayload); it.err == nil {
+				jobs = append(jobs, j)
+				idx = append(idx, i)
+				continue
+			}
+		}
+		reply.Results[i] = BatchResult{Status: it.err.status, Error: it.err.wire()}
+		reply.Failed++
+	}
+	if len(jobs) > 0 {
+		rc, cancel := s.rctx(ctx)
+		res, err := s.store.Create(rc, jobs)
+		cancel()
+		ok := 0
+		for k, r := range res {
+			if r.Err == nil && r.State == "" && err != nil {
+				r.Err = err // not reached by the store before err
+			}
+			i := idx[k]
+			switch {
+			case r.Err != nil:
+				e := s.storeAPIError(ctx, jobWhat(jobs[k].ID), r.Err)
+				reply.Results[i] = BatchResult{Status: e.status, Error: e.wire()}
+				reply.Failed++
+			case r.Conflict:
+				reply.Results[i] = BatchResult{Status: fasthttp.StatusConflict, Error: &Error{Code: CodeConflict, Field: "id",
+					Message: "job " + strconv.Quote(jobs[k].ID) + " exists with a different definition"}}
+				reply.Failed++
+			default:
+				w := wireCreated(jobs[k], &res[k])
+				status := fasthttp.StatusOK
+				if r.Created {
+					status = fasthttp.StatusCreated
+					reply.Created++
+				} else {
+					reply.Existing++
+				}
+				reply.Results[i] = BatchResult{Status: status, Job: &w}
+				ok++
+			}
+		}
+		if err != nil && ok == 0 && reply.Failed == len(items) && len(jobs) == len(items) {
+			// Nothing got through: the whole request failed.
+			s.storeError(ctx, "batch", err)
+			return
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &reply)
+}
+
+func (e *apiError) wire() *Error { return &Error{Code: e.code, Message: e.msg, Field: e.field} }
+
+func tooMany(limit int) *apiError {
+	return &apiError{status: 413, code: CodeTooLarge,
+		msg: "a batch holds at most " + strconv.Itoa(limit) + " jobs"}
+}
+
+// decodeArray decodes a JSON array of JobRequests in one pass. An item with a wrong type
+// or an unknown field gets its own error; malformed JSON fails the whole request.
+func decodeArray(body []byte, limit int) ([]batchItem, *apiError) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, invalid("", "the request body is empty: a JSON array of jobs is expected")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, jsonError(err, body, nil)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, invalid("", "the body must be a JSON array of jobs (or NDJSON with Content-Type application/x-ndjson)")
+	}
+	items := make([]batchItem, 0, min(limit, 1+len(body)/64))
+	for dec.More() {
+		if len(items) == limit {
+			return nil, tooMany(limit)
+		}
+		start := dec.InputOffset()
+		items = append(items, batchItem{})
+		it := &items[len(items)-1]
+		if err := dec.Decode(&it.req); err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				return nil, jsonError(err, body, nil)
+			}
+			raw := bytes.TrimLeft(body[start:dec.InputOffset()], " \t\r\n,")
+			it.err = jsonError(err, raw, jobRequestType)
+			it.req = JobRequest{}
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, jsonError(err, body, nil)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, invalid("", "unexpected data after the JSON array")
+	}
+	return items, nil
+}
+
+// decodeNDJSON decodes one JobRequest per non-blank line; each line gets its own error.
+func decodeNDJSON(body []byte, limit int) ([]batchItem, *apiError) {
+	items := make([]batchItem, 0, min(limit, 1+bytes.Count(body, []byte{'\n'})))
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if len(items) == limit {
+			return nil, tooMany(limit)
+		}
+		items = append(items, batchItem{})
+		it := &items[len(items)-1]
+		if it.err = decodeJSON(line, &it.req); it.err != nil {
+			it.req = JobRequest{}
+		}
+	}
+	return items, nil
+}
+
+func (s *Server) getJob(ctx *fasthttp.RequestCtx, id string) {
+	rc, cancel := s.rctx(ctx)
+	info, err := s.store.Get(rc, id)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, jobWhat(id), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, wireInfo(info))
+}
+
+var jobStates = map[string]bool{
+	string(job.StateWaiting): true, string(job.StateScheduled): true, string(job.StateReady): true,
+	string(job.StateRunning): true, string(job.StateRetrying): true, string(job.StatePaused): true,
+	string(job.StateCompleted): true, string(job.StateDead): true, string(job.StateCancelled): true,
+}
+
+// maxPage bounds limit in listings.
+const maxPage = 1000
+
+// pageArgs reads queue, limit and cursor.
+func pageArgs(ctx *fasthttp.RequestCtx) (queue string, limit int, cursor string, aerr *apiError) {
+	args := ctx.QueryArgs()
+	if q := args.Peek("queue"); len(q) > 0 {
+		queue = string(q)
+		if err := job.ValidateID("queue", queue, job.MaxQueueLen); err != nil {
+			return "", 0, "", normalizeError(err)
+		}
+	}
+	if l := args.Peek("limit"); len(l) > 0 {
+		n, err := strconv.Atoi(string(l))
+		if err != nil || n < 1 || n > maxPage {
+			return "", 0, "", invalid("limit", "must be an integer from 1 to "+strconv.Itoa(maxPage)+", got "+strconv.Quote(string(l)))
+		}
+		limit = n
+	}
+	return queue, limit, string(args.Peek("cursor")), nil
+}
+
+func (s *Server) listJobs(ctx *fasthttp.RequestCtx, _ string) {
+	queue, limit, cursor, aerr := pageArgs(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	state := string(ctx.QueryArgs().Peek("state"))
+	if state != "" && !jobStates[state] {
+		writeError(ctx, invalid("state", "unknown state "+strconv.Quote(state)))
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	page, err := s.store.List(rc, shard.ListFilter{Queue: queue, State: job.State(state), Limit: limit, Cursor: cursor})
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "jobs", err)
+		return
+	}
+	out := JobList{Jobs: make([]Job, len(page.Jobs)), NextCursor: page.Next}
+	for i, info := range page.Jobs {
+		out.Jobs[i] = wireInfo(info)
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &out)
+}
+
+func (s *Server) patchJob(ctx *fasthttp.RequestCtx, id string) {
+	if !requireJSON(ctx) {
+		return
+	}
+	var p JobPatch
+	if aerr := decodeJSON(ctx.PostBody(), &p); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	u, aerr := decodePatch(&p, s.maxPayload)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	info, err := s.store.Update(rc, id, u)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, jobWhat(id), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, wireInfo(info))
+}
+
+// jobAction serves DELETE /v1/jobs/{id} and POST /v1/jobs/{id}:pause and :resume.
+func (s *Server) jobAction(ctx *fasthttp.RequestCtx, id string,
+	op func(*shard.Store, context.Context, string) (job.State, bool, error)) {
+	rc, cancel := s.rctx(ctx)
+	state, changed, err := op(s.store, rc, id)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, jobWhat(id), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: id, State: string(state), Changed: changed})
+}
+
+func (s *Server) cancelJob(ctx *fasthttp.RequestCtx, id string) {
+	s.jobAction(ctx, id, (*shard.Store).Cancel)
+}
+
+func (s *Server) pauseJob(ctx *fasthttp.RequestCtx, id string) {
+	s.jobAction(ctx, id, (*shard.Store).Pause)
+}
+
+func (s *Server) resumeJob(ctx *fasthttp.RequestCtx, id string) {
+	s.jobAction(ctx, id, (*shard.Store).Resume)
+}
+
+func (s *Server) triggerJob(ctx *fasthttp.RequestCtx, id string) {
+	rc, cancel := s.rctx(ctx)
+	run, err := s.store.Trigger(rc, id)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, jobWhat(id), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &TriggerReply{ID: id, Run: run})
+}
+
+func (s *Server) jobRuns(ctx *fasthttp.RequestCtx, id string) {
+	rc, cancel := s.rctx(ctx)
+	runs, err := s.store.Runs(rc, id)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, jobWhat(id), err)
+		return
+	}
+	out := wireRuns(runs)
+	writeJSON(ctx, fasthttp.StatusOK, &out)
+}
+
+func (s *Server) listDead(ctx *fasthttp.RequestCtx, _ string) {
+	queue, limit, cursor, aerr := pageArgs(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	runs, next, err := s.store.Dead(rc, queue, limit, cursor)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "dead runs", err)
+		return
+	}
+	out := DeadList{Dead: make([]DeadRun, len(runs)), NextCursor: next}
+	for i := range runs {
+		out.Dead[i] = wireDead(&runs[i])
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &out)
+}
+
+// validRun checks a run name: "<job id>:<due ms>".
+func validRun(run string) *apiError {
+	i := strings.LastIndexByte(run, ':')
+	if i < 0 {
+		return invalid("run", "must be <job id>:<due ms>, got "+strconv.Quote(run))
+	}
+	if err := job.ValidateID("run", run[:i], job.MaxIDLen); err != nil {
+		return normalizeError(err)
+	}
+	if _, err := strconv.ParseUint(run[i+1:], 10, 63); err != nil {
+		return invalid("run", "must be <job id>:<due ms>, got "+strconv.Quote(run))
+	}
+	return nil
+}
+
+func (s *Server) requeueDead(ctx *fasthttp.RequestCtx, run string) {
+	s.deadAction(ctx, run, "requeued", (*shard.Store).RequeueDead)
+}
+
+func (s *Server) deleteDead(ctx *fasthttp.RequestCtx, run string) {
+	s.deadAction(ctx, run, "deleted", (*shard.Store).DeleteDead)
+}
+
+func (s *Server) deadAction(ctx *fasthttp.RequestCtx, run, state string, op func(*shard.Store, context.Context, string) error) {
+	if aerr := validRun(run); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	err := op(s.store, rc, run)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "dead run "+strconv.Quote(run), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: run, State: state, Changed: true})
+}
+
+func (s *Server) listQueues(ctx *fasthttp.RequestCtx, _ string) {
+	rc, cancel := s.rctx(ctx)
+	qs, err := s.store.Queues(rc)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "queues", err)
+		return
+	}
+	rates := s.rates.update(s.now(), qs)
+	out := QueueList{Queues: make([]Queue, len(qs))}
+	for i, q := range qs {
+		out.Queues[i] = Queue{
+			Name: q.Queue, Paused: q.Paused, Scheduled: q.Scheduled, Ready: q.Ready,
+			InFlight: q.InFlight, Dead: q.Dead, Fired: q.Fired, FireRate: rates[i],
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &out)
+}
+
+func (s *Server) pauseQueue(ctx *fasthttp.RequestCtx, q string) {
+	s.queueAction(ctx, q, "paused", (*shard.Store).PauseQueue)
+}
+
+func (s *Server) resumeQueue(ctx *fasthttp.RequestCtx, q string) {
+	s.queueAction(ctx, q, "active", (*shard.Store).ResumeQueue)
+}
+
+func (s *Server) queueAction(ctx *fasthttp.RequestCtx, q, state string, op func(*shard.Store, context.Context, string) (bool, error)) {
+	if err := job.ValidateID("queue", q, job.MaxQueueLen); err != nil {
+		writeError(ctx, normalizeError(err))
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	changed, err := op(s.store, rc, q)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "queue "+strconv.Quote(q), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: q, State: state, Changed: changed})
+}
+
