@@ -560,4 +560,3 @@ func (s *Server) queueAction(ctx *fasthttp.RequestCtx, q, state string, op func(
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: q, State: state, Changed: changed})
 }
-

@@ -58,9 +58,15 @@ func setup(t *testing.T, b redistest.Backend, cfg ingest.Config) *bundle {
 // setupMini starts a server on a miniredis of its own.
 func setupMini(t *testing.T, cfg ingest.Config) *bundle {
 	t.Helper()
+	return setupMiniStore(t, shard.Config{}, cfg)
+}
+
+// setupMiniStore starts a server on a miniredis of its own with a store configured by sc.
+func setupMiniStore(t *testing.T, sc shard.Config, cfg ingest.Config) *bundle {
+	t.Helper()
 	m, rc := redistest.Mini(t)
 	b := redistest.Backend{Name: redistest.Miniredis, Addrs: []string{m.Addr()}, Mini: m}
-	st, ns := openStore(t, b, rc, shard.Config{})
+	st, ns := openStore(t, b, rc, sc)
 	cfg.Store = st
 	return serve(t, b, rc, ns, cfg)
 }
@@ -101,7 +107,10 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // reply is a response as a test sees it.
 type reply struct {
