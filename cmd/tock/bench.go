@@ -22,6 +22,8 @@ const benchUsage = `Usage:
                   [--producer-only | --workers-only --namespace NS]
   tock bench throughput --jobs N --concurrency C
   tock bench memory --jobs N --payload 100 --redis host:port
+  tock bench ingest [--api URL --token T] --jobs N --conns C --batch B --payload 100 [--delay 1h]
+                  (without --api: an in-process API server over --redis or the embedded Redis)
 Common flags: --redis host:port[,host:port...] (default: embedded in-memory Redis),
               --shards 64, --namespace NS, --keep, --dispatchers 1, --json
 `
@@ -42,6 +44,9 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		producerOnly, workersOnly  bool
 		asJSON                     bool
 		verbose                    bool
+		api, token                 string
+		conns, batch               int
+		delay                      time.Duration
 	)
 	fs.StringVar(&redis, "redis", os.Getenv("TOCK_REDIS"), "Redis address(es), comma-separated (default: embedded in-memory Redis; env TOCK_REDIS)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
@@ -60,6 +65,13 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		fs.IntVar(&pending, "pending", 0, "jobs pre-loaded due far in the future")
 		fs.BoolVar(&producerOnly, "producer-only", false, "only schedule (workers run elsewhere)")
 		fs.BoolVar(&workersOnly, "workers-only", false, "only run dispatchers and workers")
+	}
+	if scenario == "ingest" {
+		fs.StringVar(&api, "api", "", "base URL of a running API (default: an in-process server on a free loopback port)")
+		fs.StringVar(&token, "token", os.Getenv("TOCK_TOKEN"), "bearer token for --api (env TOCK_TOKEN)")
+		fs.IntVar(&conns, "conns", 16, "connections, each with one request in flight")
+		fs.IntVar(&batch, "batch", 1, "jobs per request: 1 posts each job to /v1/jobs, more posts arrays to /v1/jobs:batch")
+		fs.DurationVar(&delay, "delay", time.Hour, "the jobs are due this long after they are accepted")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,6 +98,9 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		res, err = bench.Throughput(ctx, bench.ThroughputConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload})
 	case "memory":
 		res, err = bench.Memory(ctx, bench.MemoryConfig{Common: common, Jobs: jobs, Payload: payload})
+	case "ingest":
+		res, err = bench.Ingest(ctx, bench.IngestConfig{Common: common, API: api, Token: token, Jobs: jobs,
+			Conns: conns, Batch: batch, Payload: payload, Delay: delay})
 	default:
 		fmt.Fprint(os.Stderr, benchUsage)
 		return fmt.Errorf("bench: unknown scenario %q", scenario)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/tockhq/tock"
 	"github.com/tockhq/tock/dispatcher"
+	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/prom"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/worker"
@@ -28,14 +30,29 @@ import (
 const usage = `tock: a Redis-native sharded job scheduler
 
 Usage:
-  tock dev [--demo] [--addr 127.0.0.1:0] [--shards 64]
-      Run an embedded in-memory Redis, a dispatcher and a worker in one process.
-      --demo also creates sample jobs and prints one line per firing.
-  tock bench fire|throughput|memory [flags]
+  tock dev [--demo] [--http 127.0.0.1:8080] [--addr 127.0.0.1:0] [--shards 64]
+      Run an embedded in-memory Redis, a dispatcher, a worker and the HTTP API (no auth)
+      in one process. --demo also creates sample jobs and prints one line per firing.
+  tock server --redis host:port[,host:port...] [--http 127.0.0.1:8080] [--token secret:scope]...
+      Run the HTTP API and a dispatcher against Redis or Redis Cluster (env TOCK_REDIS,
+      TOCK_TOKENS); --roles api or --roles dispatcher runs one of them.
+  tock jobs create|get|ls|patch|cancel|pause|resume|trigger|runs [flags]
+      Manage jobs through the API: --api URL (env TOCK_API, default http://127.0.0.1:8080),
+      --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table.
+  tock dead ls|requeue|rm [flags]
+      List dead runs, make them ready again, or delete them.
+  tock queues [--watch] | tock queues pause|resume QUEUE...
+      Queue figures (--watch redraws every 2s), or stop and restart claiming from a queue.
+  tock bench fire|throughput|memory|ingest [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
 
 Run 'tock <command> --help' for the flags of a command.
 `
+
+// usageError is a command line that names no known command (exit status 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
 
 func main() {
 	if len(os.Args) < 2 {
@@ -44,29 +61,50 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	switch os.Args[1] {
-	case "dev":
-		err = runDev(ctx, os.Args[2:], os.Stdout)
-	case "bench":
-		err = runBench(ctx, os.Args[2:], os.Stdout)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "tock: unknown command %q\n\n%s", os.Args[1], usage)
+	err := run(ctx, os.Args[1:], osCLI())
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "tock: %s\n\n%s", ue.msg, usage)
+		stop()
 		os.Exit(2)
-	}
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
+	default:
 		fmt.Fprintln(os.Stderr, "tock:", err)
+		stop()
 		os.Exit(1)
 	}
+}
+
+// run runs the command args[0] with its arguments.
+func run(ctx context.Context, args []string, c *cli) error {
+	switch args[0] {
+	case "dev":
+		return runDev(ctx, args[1:], c.out)
+	case "server":
+		return runServer(ctx, args[1:], c)
+	case "jobs", "job":
+		return runJobs(ctx, c, args[1:])
+	case "dead":
+		return runDead(ctx, c, args[1:])
+	case "queues", "queue":
+		return runQueues(ctx, c, args[1:])
+	case "bench":
+		return runBench(ctx, args[1:], c.out)
+	case "help", "-h", "--help":
+		fmt.Fprint(c.out, usage)
+		return nil
+	}
+	return &usageError{fmt.Sprintf("unknown command %q", args[0])}
 }
 
 type devOptions struct {
 	demo   bool
 	addr   string
+	http   string
 	shards int
+	// started, when set, is called with the API's address once everything runs (tests).
+	started func(apiAddr string)
 }
 
 func runDev(ctx context.Context, args []string, out io.Writer) error {
@@ -74,6 +112,7 @@ func runDev(ctx context.Context, args []string, out io.Writer) error {
 	var o devOptions
 	fs.BoolVar(&o.demo, "demo", false, "create sample jobs and print one line per firing")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "address of the embedded Redis (port 0 picks a free one)")
+	fs.StringVar(&o.http, "http", "127.0.0.1:8080", "address of the HTTP API (no auth; port 0 picks a free one; \"\" for none)")
 	fs.IntVar(&o.shards, "shards", shard.DefaultShards, "shard count")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -125,38 +164,105 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 		return err
 	}
 
-	d, err := dispatcher.New(dispatcher.Config{Store: client.Store(), Name: "dev", Logger: logger})
+	metrics, err := prom.New(prom.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := metrics.QueueDepths(ctx, client.Store().Queues); err != nil {
+		return err
+	}
+	d, err := dispatcher.New(dispatcher.Config{Store: client.Store(), Name: "dev", Logger: logger, Metrics: metrics})
 	if err != nil {
 		return err
 	}
 	w, err := worker.New(worker.Config{
-		Store: client.Store(), Concurrency: 10, Logger: logger,
+		Store: client.Store(), Concurrency: 10, Logger: logger, Metrics: metrics,
 		ObserveFunc: func(r worker.Result) { printRun(out, r) },
 	})
 	if err != nil {
 		return err
 	}
 	registerDemoHandlers(w)
+	var api *ingest.Server
+	if o.http != "" {
+		api, err = ingest.New(ingest.Config{Store: client.Store(), Addr: o.http, Logger: logger,
+			MetricsHandler: metrics.Handler(), Metrics: metrics})
+		if err != nil {
+			return err
+		}
+	}
 	if err := d.Start(ctx); err != nil {
 		return err
 	}
 	if err := w.Start(ctx); err != nil {
-		return err
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return errors.Join(err, d.Stop(sctx))
+	}
+	if api != nil {
+		if err := api.Start(ctx); err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			err = fmt.Errorf("dev: HTTP API on %s: %w (choose another address with --http, e.g. --http 127.0.0.1:0)", o.http, err)
+			return errors.Join(err, w.Stop(sctx), d.Stop(sctx))
+		}
 	}
 	fmt.Fprintf(out, "tock dev: embedded Redis at %s, %d shards; dispatcher %q and a worker are running (Ctrl-C stops)\n",
 		mr.Addr(), o.shards, d.Name())
 	fmt.Fprintf(out, "tock dev: connect with tock.Connect(ctx, tock.Options{Addrs: []string{%q}})\n", mr.Addr())
+	apiAddr := ""
+	if api != nil {
+		apiAddr = api.Addr()
+		u := "http://" + apiAddr
+		fmt.Fprintf(out, "tock dev: HTTP API at %s (no auth); the worker runs jobs of type \"echo\". Try:\n", u)
+		fmt.Fprintf(out, "  curl -s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"type\":\"echo\",\"payload\":{\"hello\":\"world\"},\"schedule\":{\"delay\":\"5s\"}}'\n", u)
+		fmt.Fprintf(out, "  curl -s %s/v1/queues\n", u)
+		fmt.Fprintf(out, "  curl -s %s/metrics\n", u)
+		if u != defaultAPI {
+			fmt.Fprintf(out, "  TOCK_API=%s tock jobs ls\n", u)
+		} else {
+			fmt.Fprintf(out, "  tock jobs ls\n")
+		}
+	}
 	if o.demo {
 		if err := createDemoJobs(ctx, client, out); err != nil {
-			return err
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			return errors.Join(err, stopAll(sctx, api, d, w))
 		}
+	}
+	if o.started != nil {
+		o.started(apiAddr)
 	}
 	<-ctx.Done()
 
 	fmt.Fprintln(out, "tock dev: shutting down")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	return errors.Join(d.Stop(sctx), w.Stop(sctx))
+	return stopAll(sctx, api, d, w)
+}
+
+// stopAll stops the components in shutdown order: the API first (no new jobs), then the
+// dispatcher (no new firings), then the worker (drains its runs). The Redis client is
+// closed by the caller afterwards. Nil components are skipped.
+func stopAll(ctx context.Context, api *ingest.Server, d *dispatcher.Dispatcher, w *worker.Worker) error {
+	var errs []error
+	if api != nil {
+		if err := api.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop API: %w", err))
+		}
+	}
+	if d != nil {
+		if err := d.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop dispatcher: %w", err))
+		}
+	}
+	if w != nil {
+		if err := w.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop worker: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func registerDemoHandlers(w *worker.Worker) {

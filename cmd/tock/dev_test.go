@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/bench"
+	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/redistest"
+)
+
+// startDev runs tock dev on free ports until the test ends and returns the API's URL.
+func startDev(t *testing.T) (string, *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, devOptions{addr: "127.0.0.1:0", http: "127.0.0.1:0", shards: 4,
+			started: func(a string) { addr <- a }}, &out)
+	}()
+	var u string
+	select {
+	case a := <-addr:
+		u = "http://" + a
+	case err := <-done:
+		cancel()
+		t.Fatalf("tock dev ended before it started: %v\n%s", err, out.String())
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.Contains(t, out.String(), "tock dev: shutting down")
+	})
+	return u, &out
+}
+
+func TestDev_ServesTheAPI(t *testing.T) {
+	t.Parallel()
+	u, out := startDev(t)
+	env := map[string]string{"TOCK_API": u}
+	tock := func(args ...string) string {
+		t.Helper()
+		r := runTock(t, context.Background(), env, "", args...)
+		require.NoError(t, r.err, "tock %s\n%s%s", strings.Join(args, " "), r.out, r.errOut)
+		return r.out
+	}
+
+	// The banner names the URL and a curl command that works as printed.
+	banner := out.String()
+	require.Contains(t, banner, "HTTP API at "+u+" (no auth)")
+	m := regexp.MustCompile(`curl -s -X POST (\S+) -H 'Content-Type: application/json' -d '([^']+)'`).FindStringSubmatch(banner)
+	require.NotNil(t, m, banner)
+	require.Equal(t, u+"/v1/jobs", m[1])
+	resp, err := http.Post(m[1], "application/json", strings.NewReader(m[2]))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	http.DefaultClient.CloseIdleConnections()
+
+	// A job created with the CLI runs on the dev worker.
+	tock("jobs", "create", "--id", "hello", "--type", "echo", "--payload", `{"hi":1}`, "--now")
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "jobs", "runs", "hello")
+		return r.err == nil && regexp.MustCompile(`(?m)^\S+ \S+\s+\S+ \S+\s+\S+\s+\S+\s+1\s+succeeded`).MatchString(r.out)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Regexp(t, `(?m)^state:\s+completed$`, tock("jobs", "get", "hello"))
+	require.Contains(t, out.String(), "fired    job=hello")
+
+	// A job that fails its only attempt is dead; requeue it, then delete it.
+	tock("jobs", "create", "--id", "doomed", "--type", "demo.doomed", "--now", "--max-attempts", "1")
+	var run string
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "dead", "ls", "--json")
+		if r.err != nil {
+			return false
+		}
+		l := decodeJSON[ingest.DeadList](t, r.out)
+		if len(l.Dead) == 1 {
+			run = l.Dead[0].Run
+		}
+		return run != ""
+	}, 10*time.Second, 20*time.Millisecond)
+	require.True(t, strings.HasPrefix(run, "doomed:"), run)
+	ls := tock("dead", "ls")
+	require.Regexp(t, `(?m)^RUN\s+QUEUE\s+TYPE\s+ATTEMPTS\s+DUE\s+DIED\s+ERROR$`, ls)
+	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(run)+`\s+default\s+demo.doomed\s+1\s.*doomed: attempt 1 fails on purpose$`, ls)
+
+	require.Contains(t, tock("dead", "requeue", run), "doomed")
+	// It fails again and is dead again, with its attempts counted afresh.
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "dead", "ls", "--json")
+		return r.err == nil && len(decodeJSON[ingest.DeadList](t, r.out).Dead) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	run = decodeJSON[ingest.DeadList](t, tock("dead", "ls", "--json")).Dead[0].Run
+	tock("dead", "rm", run)
+	r := runTock(t, context.Background(), env, "", "dead", "ls")
+	require.NoError(t, r.err)
+	require.Contains(t, r.errOut, "no dead runs")
+	r = runTock(t, context.Background(), env, "", "dead", "rm", run)
+	require.ErrorContains(t, r.err, "404")
+
+	q := decodeJSON[ingest.QueueList](t, tock("queues", "--json"))
+	require.NotEmpty(t, q.Queues)
+
+	// Prometheus metrics of the API, the dispatcher and the worker.
+	metrics := httpGet(t, u+"/metrics")
+	for _, name := range []string{"tock_http_requests_total", "tock_lease_changes_total", "tock_runs_finished_total", "tock_queue_runs"} {
+		require.True(t, strings.Contains(metrics, name), "no %s in /metrics", name)
+	}
+}
+
+// httpGet GETs u, with a bearer token when one is given.
+func httpGet(t *testing.T, u string, token ...string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	if len(token) > 0 {
+		req.Header.Set("Authorization", "Bearer "+token[0])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	http.DefaultClient.CloseIdleConnections()
+	return string(b)
+}
+
+func TestDev_BusyPortIsAClearError(t *testing.T) {
+	t.Parallel()
+	u, _ := startDev(t)
+	err := dev(context.Background(), devOptions{addr: "127.0.0.1:0", http: strings.TrimPrefix(u, "http://"), shards: 4}, &syncBuffer{})
+	require.ErrorContains(t, err, "--http")
+}
+
+func TestBench_IngestFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []string{"1", "40"} {
+		r := runTock(t, context.Background(), nil, "", "bench", "ingest", "--jobs", "200", "--batch", batch, "--conns", "3", "--shards", "4", "--payload", "100", "--json")
+		require.NoError(t, r.err, r.errOut)
+		res := decodeJSON[bench.IngestResult](t, r.out)
+		require.Equal(t, "ingest", res.Scenario)
+		require.Equal(t, 200, res.Accepted)
+		require.Zero(t, res.Rejected)
+		require.Positive(t, res.AcceptedPerSec)
+	}
+}
+
+func TestServer_RunsTheAPIAndADispatcher(t *testing.T) {
+	t.Parallel()
+	for _, b := range redistest.Backends(t) {
+		if b.Mini != nil {
+			continue // the server speaks to Redis as it is; miniredis needs a client set up for it
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ns := redistest.Namespace(t, b)
+			ctx, cancel := context.WithCancel(context.Background())
+			addr := make(chan string, 1)
+			done := make(chan error, 1)
+			var logs syncBuffer
+			env := map[string]string{
+				"TOCK_REDIS":  strings.Join(b.Addrs, ","),
+				"TOCK_TOKENS": "writer-0123456789abcdef:write, reader-0123456789abcdef:read",
+			}
+			go func() {
+				c := &cli{out: &logs, errOut: &logs, getenv: func(k string) string { return env[k] }}
+				done <- runServerWith(ctx, c, []string{"--http", "127.0.0.1:0", "--namespace", ns, "--shards", "8", "--metrics-http", "127.0.0.1:0"},
+					func(a string) { addr <- a })
+			}()
+			var u string
+			select {
+			case a := <-addr:
+				u = "http://" + a
+			case err := <-done:
+				cancel()
+				t.Fatalf("tock server ended: %v\n%s", err, logs.String())
+			}
+			api := map[string]string{"TOCK_API": u, "TOCK_TOKEN": "writer-0123456789abcdef"}
+			r := runTock(t, ctx, api, "", "jobs", "create", "--id", "soon", "--type", "t", "--delay", "300ms")
+			require.NoError(t, r.err, r.errOut)
+			// No worker runs in tock server: the dispatcher moves the run to ready.
+			require.Eventually(t, func() bool {
+				r := runTock(t, ctx, api, "", "jobs", "get", "soon", "--json")
+				return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "ready"
+			}, 10*time.Second, 20*time.Millisecond)
+			r = runTock(t, ctx, map[string]string{"TOCK_API": u, "TOCK_TOKEN": "reader-0123456789abcdef"}, "", "jobs", "cancel", "soon")
+			require.ErrorContains(t, r.err, "403")
+			r = runTock(t, ctx, map[string]string{"TOCK_API": u}, "", "jobs", "get", "soon")
+			require.ErrorContains(t, r.err, "401")
+			require.Contains(t, httpGet(t, u+"/metrics", "reader-0123456789abcdef"), `tock_http_requests_total{code="201",route="POST /v1/jobs"} 1`)
+			m := regexp.MustCompile(`metrics=(http://\S+/metrics)`).FindStringSubmatch(logs.String())
+			require.NotNil(t, m, logs.String())
+			require.Contains(t, httpGet(t, m[1]), "tock_runs_fired_total{shard=")
+
+			cancel()
+			require.NoError(t, <-done)
+			require.Contains(t, logs.String(), "tock server shutting down")
+		})
+	}
+}
+
+func TestServer_Flags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, nil, "--redis (or TOCK_REDIS) is required"},
+		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--roles", "api,cook"}, `unknown role "cook"`},
+		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--token", "short:write"}, "shorter than 16"},
+		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--token", "0123456789abcdefg:admin"}, `scope "admin"`},
+		{map[string]string{"TOCK_REDIS": "127.0.0.1:1", "TOCK_TOKENS": "nocolon"}, nil, "TOCK_TOKENS"},
+		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--log-level", "loud"}, "--log-level"},
+		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"extra"}, `unexpected argument "extra"`},
+	} {
+		r := runTock(t, context.Background(), tc.env, "", append([]string{"server"}, tc.args...)...)
+		require.ErrorContains(t, r.err, tc.want, "%v %v", tc.env, tc.args)
+	}
+	// Flags replace TOCK_TOKENS, and a secret may hold colons.
+	var tf tokenFlags
+	tf.tokens = []ingest.Token{{Secret: "from-env-0123456789", Scope: ingest.ScopeRead}}
+	require.NoError(t, tf.Set("a:b:0123456789abcdef:write"))
+	require.Equal(t, []ingest.Token{{Secret: "a:b:0123456789abcdef", Scope: ingest.ScopeWrite}}, tf.tokens)
+	require.True(t, isLoopback("127.0.0.1:8080"))
+	require.True(t, isLoopback("[::1]:8080"))
+	require.True(t, isLoopback("localhost:8080"))
+	require.False(t, isLoopback(":8080"))
+	require.False(t, isLoopback("0.0.0.0:8080"))
+}
