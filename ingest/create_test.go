@@ -322,7 +322,7 @@ func TestServer_Batch(t *testing.T) {
 func TestServer_BatchLarge(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		t.Parallel()
-		tb := setup(t, b, ingest.Config{})
+		tb := setup(t, b, ingest.Config{RedisTimeout: time.Minute}) // miniredis under -race is slow
 		const n = ingest.DefaultMaxBatch
 		var buf bytes.Buffer
 		for i := range n {

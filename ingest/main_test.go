@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,7 @@ type bundle struct {
 	store *shard.Store
 	srv   *ingest.Server
 	hc    *fasthttp.HostClient
+	ln    *fasthttputil.InmemoryListener
 	ns    string
 }
 
@@ -98,7 +100,7 @@ func serve(t *testing.T, b redistest.Backend, rc rueidis.Client, ns string, cfg 
 		}
 		hc.CloseIdleConnections()
 	})
-	return &bundle{t: t, b: b, rc: rc, store: cfg.Store, srv: srv, hc: hc, ns: ns}
+	return &bundle{t: t, b: b, rc: rc, store: cfg.Store, srv: srv, hc: hc, ln: ln, ns: ns}
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -136,6 +138,28 @@ func (tb *bundle) do(method, path string, body []byte, headers ...string) reply 
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	require.NoError(tb.t, tb.hc.DoTimeout(req, resp, 30*time.Second))
+	r := reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...), header: map[string]string{}}
+	resp.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
+	return r
+}
+
+// doRaw sends a request on a connection of its own while reading the reply: for replies
+// the server sends before it has read the whole request (and then closes).
+func (tb *bundle) doRaw(req *fasthttp.Request) reply {
+	tb.t.Helper()
+	c, err := tb.ln.Dial()
+	require.NoError(tb.t, err)
+	defer c.Close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = req.WriteTo(c) // fails once the server closes
+	}()
+	defer wg.Wait()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	require.NoError(tb.t, resp.Read(bufio.NewReader(c)))
 	r := reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...), header: map[string]string{}}
 	resp.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
 	return r
