@@ -266,7 +266,8 @@ func deleteNamespace(b Backend, ns string) error {
 // miniredis servers by miniredis.RunT, and the goroutines waiting for the
 // redis-server processes end when Main stops them; goleak.Find retries for
 // a while, which absorbs rueidis closing connections asynchronously. One
-// goroutine is ignored (see [rueidisRefreshSleeper]).
+// goroutine of rueidis and two of fasthttp are ignored (see [rueidisRefreshSleeper],
+// [fasthttpDate]).
 func Main(m *testing.M) {
 	code := m.Run()
 	if err := stopServers(); err != nil {
@@ -276,7 +277,8 @@ func Main(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction(rueidisRefreshSleeper)); err != nil {
+		if err := goleak.Find(goleak.IgnoreAnyFunction(rueidisRefreshSleeper),
+			goleak.IgnoreAnyFunction(fasthttpDate), goleak.IgnoreAnyFunction(fasthttpJanitor)); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
 			code = 1
 		}
@@ -298,6 +300,15 @@ func Main(m *testing.M) {
 // own pipe goroutines). The name is that of the anonymous function in
 // rueidis v1.0.79; re-check it when upgrading rueidis.
 const rueidisRefreshSleeper = "github.com/redis/rueidis.(*clusterClient)._refresh.func2"
+
+// fasthttpDate and fasthttpJanitor are fasthttp (v1.74.0) goroutines that outlive a
+// stopped server: the first refreshes the Date header for the whole process and never
+// ends; the second, a worker pool's janitor, notices that its server stopped only after
+// its next sleep of MaxIdleWorkerDuration (10s by default). Neither holds a connection.
+const (
+	fasthttpDate    = "github.com/valyala/fasthttp.updateServerDate.func1"
+	fasthttpJanitor = "github.com/valyala/fasthttp.(*workerPool).Start.func2"
+)
 
 // --- real servers ----------------------------------------------------------
 
