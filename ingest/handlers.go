@@ -213,7 +213,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 		rc, cancel := s.rctx(ctx)
 		res, err := s.store.Create(rc, jobs)
 		cancel()
-		ok := 0
+		answered := 0 // jobs Redis answered for: created, existing or conflicting
 		for k, r := range res {
 			if r.Err == nil && r.State == "" && err != nil {
 				r.Err = err // not reached by the store before err
@@ -225,6 +225,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 				reply.Results[i] = BatchResult{Status: e.status, Error: e.wire()}
 				reply.Failed++
 			case r.Conflict:
+				answered++
 				reply.Results[i] = BatchResult{Status: fasthttp.StatusConflict, Error: &Error{Code: CodeConflict, Field: "id",
 					Message: "job " + strconv.Quote(jobs[k].ID) + " exists with a different definition"}}
 				reply.Failed++
@@ -238,11 +239,11 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 					reply.Existing++
 				}
 				reply.Results[i] = BatchResult{Status: status, Job: &w}
-				ok++
+				answered++
 			}
 		}
-		if err != nil && ok == 0 && reply.Failed == len(items) && len(jobs) == len(items) {
-			// Nothing got through: the whole request failed.
+		if err != nil && answered == 0 {
+			// Redis answered for none: the whole request failed (and may be sent again).
 			s.storeError(ctx, "batch", err)
 			return
 		}

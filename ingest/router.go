@@ -269,9 +269,26 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, &apiError{status: 413, code: CodeTooLarge,
 			msg: "the request body is over the limit of " + strconv.Itoa(s.cfg.MaxBody) + " bytes"})
-		return
+	} else {
+		writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request"})
 	}
-	writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request"})
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.HTTPRequest(s.routeName(ctx), ctx.Response.StatusCode(), 0)
+	}
+}
+
+// routeName is the Metrics label of a request's route ("unmatched" when none).
+func (s *Server) routeName(ctx *fasthttp.RequestCtx) string {
+	r, _ := match(string(ctx.Path()))
+	if r < 0 {
+		return "unmatched"
+	}
+	for _, ep := range s.routes[r] {
+		if string(ctx.Method()) == ep.method {
+			return ep.name
+		}
+	}
+	return "* " + patterns[r]
 }
 
 // jsonBuf is a pooled encoder with its buffer.

@@ -163,6 +163,9 @@ func TestServer_Readyz(t *testing.T) {
 	e := tb.do("POST", "/v1/jobs", []byte(`{"type":"t","schedule":{"now":true}}`))
 	require.Contains(t, []int{500, 503}, e.status, "%s", e.body)
 	require.NotContains(t, string(e.body), addr)
+	// So does a batch that Redis answered for none of.
+	e = tb.do("POST", "/v1/jobs:batch", []byte(`[{"type":"t","schedule":{"now":true}},{"type":"t","schedule":{}}]`))
+	require.Contains(t, []int{500, 503}, e.status, "%s", e.body)
 }
 
 func TestServer_Metrics(t *testing.T) {
