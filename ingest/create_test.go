@@ -241,6 +241,7 @@ func TestServer_Batch(t *testing.T) {
 			require.Equal(t, "priority", br.Results[6].Error.Field)
 			require.Equal(t, ingest.CodeConflict, br.Results[5].Error.Code)
 			require.Equal(t, "b-2", br.Results[2].Job.ID)
+			require.Empty(t, br.Results[2].Job.Payload) // not sent back
 			require.Equal(t, "scheduled", br.Results[2].Job.State)
 			require.Equal(t, "ready", br.Results[0].Job.State)
 			require.Equal(t, 3, br.Created)

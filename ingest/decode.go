@@ -18,7 +18,8 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-// apiError is an error reply: a status with the ErrorReply body.
+// apiError is an error reply: a status with the ErrorReply body. It is deliberately not
+// an error (no nil-interface traps); handlers write it with writeError.
 type apiError struct {
 	status int
 	code   string
@@ -26,21 +27,8 @@ type apiError struct {
 	msg    string
 }
 
-func (e *apiError) Error() string {
-	if e.field != "" {
-		return e.field + ": " + e.msg
-	}
-	return e.msg
-}
-
 func invalid(field, msg string) *apiError {
 	return &apiError{status: 400, code: CodeInvalid, field: field, msg: msg}
-}
-
-// fieldError turns a *job.FieldError into a 400, or a 413 when it is about the payload's
-// size.
-func fieldError(fe *job.FieldError) *apiError {
-	return invalid(fe.Field, fe.Msg)
 }
 
 // decodeJSON decodes one JSON value from body into v, refusing unknown fields and
@@ -276,7 +264,7 @@ func fixJitter(p *job.RetryPolicy) {
 func normalizeError(err error) *apiError {
 	var fe *job.FieldError
 	if errors.As(err, &fe) {
-		return fieldError(fe)
+		return invalid(fe.Field, fe.Msg)
 	}
 	return invalid("", err.Error())
 }
@@ -305,9 +293,6 @@ func decodePayload(raw json.RawMessage, hasB64 bool, b64 string, maxPayload int)
 			p = []byte{}
 		}
 	} else if len(raw) > 0 {
-		if len(raw) > maxPayload {
-			return nil, tooLarge("payload", len(raw), maxPayload)
-		}
 		// Compacted: the handler gets the same bytes whatever the client's layout, and a
 		// repeated create differing only in whitespace is the same definition.
 		var buf bytes.Buffer

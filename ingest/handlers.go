@@ -158,7 +158,8 @@ type batchItem struct {
 
 // createBatch serves POST /v1/jobs:batch: a JSON array of JobRequests, or NDJSON (one
 // per line). Items that do not decode or validate get their own 400 (or 413); the others
-// are created in one store call. The reply is 200 with a result per item, in order.
+// are created in one store call. The reply is 200 with a result per item, in order; the
+// jobs in it have no payload.
 func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 	mt := mediaType(ctx)
 	ndjson := isNDJSON(mt)
@@ -231,6 +232,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 				reply.Failed++
 			default:
 				w := wireCreated(jobs[k], &res[k])
+				w.Payload, w.PayloadBase64 = nil, "" // the client has it: not sent back 10,000 times
 				status := fasthttp.StatusOK
 				if r.Created {
 					status = fasthttp.StatusCreated

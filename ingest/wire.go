@@ -80,7 +80,7 @@ type Job struct {
 
 // BatchResult is one item of the reply of POST /v1/jobs:batch, in request order: Status
 // is the HTTP status the item would have had alone (201, 200, 409, 400...), with Job
-// or Error.
+// or Error. Job leaves the payload out (the client sent it).
 type BatchResult struct {
 	Status int    `json:"status"`
 	Job    *Job   `json:"job,omitempty"`
