@@ -61,7 +61,6 @@ func benchServer(b *testing.B, cfg Config) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	QuietForLeakCheck(s)
 	return s
 }
 

@@ -80,7 +80,6 @@ func serve(t *testing.T, b redistest.Backend, rc rueidis.Client, ns string, cfg 
 	}
 	srv, err := ingest.New(cfg)
 	require.NoError(t, err)
-	ingest.QuietForLeakCheck(srv)
 	ln := fasthttputil.NewInmemoryListener()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

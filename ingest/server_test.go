@@ -24,7 +24,6 @@ func TestServer_StartStop(t *testing.T) {
 	require.NoError(t, err)
 	srv, err := ingest.New(ingest.Config{Store: st, Addr: "127.0.0.1:0", Logger: testLogger(t)})
 	require.NoError(t, err)
-	ingest.QuietForLeakCheck(srv)
 	require.Empty(t, srv.Addr())
 
 	require.NoError(t, srv.Start(t.Context()))
@@ -72,7 +71,6 @@ func TestServer_StartContextEnds(t *testing.T) {
 	require.NoError(t, err)
 	srv, err := ingest.New(ingest.Config{Store: st, Addr: "127.0.0.1:0"})
 	require.NoError(t, err)
-	ingest.QuietForLeakCheck(srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, srv.Start(ctx))
 	addr := srv.Addr()
