@@ -339,12 +339,6 @@ func (s *Server) getJob(ctx *fasthttp.RequestCtx, id string) {
 	writeJSON(ctx, fasthttp.StatusOK, wireInfo(info))
 }
 
-var jobStates = map[string]bool{
-	string(job.StateWaiting): true, string(job.StateScheduled): true, string(job.StateReady): true,
-	string(job.StateRunning): true, string(job.StateRetrying): true, string(job.StatePaused): true,
-	string(job.StateCompleted): true, string(job.StateDead): true, string(job.StateCancelled): true,
-}
-
 // maxPage bounds limit in listings.
 const maxPage = 1000
 
@@ -374,7 +368,7 @@ func (s *Server) listJobs(ctx *fasthttp.RequestCtx, _ string) {
 		return
 	}
 	state := string(ctx.QueryArgs().Peek("state"))
-	if state != "" && !jobStates[state] {
+	if state != "" && !job.ValidState(job.State(state)) {
 		writeError(ctx, invalid("state", "unknown state "+strconv.Quote(state)))
 		return
 	}

@@ -305,9 +305,11 @@ func (s *Server) Addr() string {
 	return s.addr
 }
 
-// Stop stops accepting connections and waits for in-flight requests, bounded by ctx;
-// when ctx ends first it returns ctx.Err() and may be called again. Calling Stop twice,
-// or without Start, is safe.
+// Stop stops accepting connections (fasthttp's ShutdownWithContext: listeners closed,
+// idle connections closed) and waits for in-flight requests, bounded by ctx; when ctx
+// ends first it returns an error wrapping ctx.Err() and may be called again (which then
+// waits for the requests still in the handler). Calling Stop twice, or without Start, is
+// safe. The background goroutines of Start have ended when it returns nil.
 func (s *Server) Stop(ctx context.Context) error {
 	if err := s.shutdown(ctx); err != nil {
 		return err
