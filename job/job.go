@@ -143,6 +143,9 @@ func (s Schedule) Validate() error {
 	}
 	if s.Cron != "" {
 		n++
+		if _, err := cronLocation(s.TimeZone); err != nil {
+			return fieldErr("schedule.timezone", "%v", err)
+		}
 		if _, err := ParseCron(s.Cron, s.TimeZone); err != nil {
 			return fieldErr("schedule.cron", "%v", err)
 		}

@@ -37,7 +37,7 @@ func TestNormalize_FieldErrors(t *testing.T) {
 		{"schedule", Job{Type: "t", Schedule: Schedule{Now: true, Delay: time.Second}}},
 		{"schedule.delay", Job{Type: "t", Schedule: Schedule{Delay: -time.Second}}},
 		{"schedule.cron", Job{Type: "t", Schedule: Schedule{Cron: "61 * * * *"}}},
-		{"schedule.cron", Job{Type: "t", Schedule: Schedule{Cron: "* * * * *", TimeZone: "Mars/Base"}}},
+		{"schedule.timezone", Job{Type: "t", Schedule: Schedule{Cron: "* * * * *", TimeZone: "Mars/Base"}}},
 		{"schedule.timezone", Job{Type: "t", Schedule: Schedule{Now: true, TimeZone: "UTC"}}},
 		{"priority", Job{Type: "t", Priority: pri(10), Schedule: Schedule{Now: true}}},
 		{"priority", Job{Type: "t", Priority: pri(-1), Schedule: Schedule{Now: true}}},

@@ -35,8 +35,9 @@ type ListFilter struct {
 // Page is one page of List.
 type Page struct {
 	Jobs []*Info
-	// Next continues the listing; "" when it is complete. A page may hold fewer than
-	// Limit jobs (even none) while Next is not empty: a page does a bounded amount of work.
+	// Next continues the listing; "" when it is complete. A page holds at most Limit
+	// jobs, and may hold fewer (even none) while Next is not empty: a page does a
+	// bounded amount of work.
 	Next string
 }
 
@@ -93,9 +94,9 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("list jobs: %w", err)
 	}
-	node, cursor := 0, uint64(0)
+	node, cursor, after := 0, uint64(0), ""
 	if f.Cursor != "" {
-		if node, cursor, err = decodeListCursor(f.Cursor, addrs); err != nil {
+		if node, cursor, after, err = decodeListCursor(f.Cursor, addrs); err != nil {
 			return Page{}, err
 		}
 	}
@@ -111,18 +112,25 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 		if err != nil {
 			return Page{}, err
 		}
+		// infos is sorted by id; a page that ended inside this batch ended at `after`.
 		for _, info := range infos {
-			if (f.Queue == "" || info.Queue == f.Queue) && (f.State == "" || info.State == f.State) {
-				page.Jobs = append(page.Jobs, info)
+			if info.ID <= after || (f.Queue != "" && info.Queue != f.Queue) || (f.State != "" && info.State != f.State) {
+				continue
 			}
+			if len(page.Jobs) == limit {
+				// The next page scans this batch again and starts after the last id.
+				page.Next = encodeListCursor(addrs[node], cursor, page.Jobs[limit-1].ID)
+				return page, nil
+			}
+			page.Jobs = append(page.Jobs, info)
 		}
+		after = ""
 		if cursor = e.Cursor; cursor == 0 {
 			node++
 		}
 	}
-	// A SCAN batch may overshoot the limit: the page keeps it all rather than lose jobs.
 	if node < len(addrs) {
-		page.Next = encodeListCursor(addrs[node], cursor)
+		page.Next = encodeListCursor(addrs[node], cursor, "")
 	}
 	return page, nil
 }
@@ -156,29 +164,29 @@ func (s *Store) readJobs(ctx context.Context, keys []string) ([]*Info, error) {
 	return out, nil
 }
 
-func encodeListCursor(addr string, cursor uint64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(addr + "|" + strconv.FormatUint(cursor, 10)))
+func encodeListCursor(addr string, cursor uint64, after string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(addr + "|" + strconv.FormatUint(cursor, 10) + "|" + after))
 }
 
-func decodeListCursor(c string, addrs []string) (int, uint64, error) {
-	bad := func(why string) error {
-		return &job.FieldError{Field: "cursor", Msg: why}
-	}
+func decodeListCursor(c string, addrs []string) (node int, cursor uint64, after string, err error) {
+	bad := &job.FieldError{Field: "cursor", Msg: "not a cursor returned by this API"}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, 0, bad("not a cursor returned by this API")
+		return 0, 0, "", bad
 	}
-	addr, cur, ok := strings.Cut(string(raw), "|")
-	n, err := strconv.ParseUint(cur, 10, 64)
-	if !ok || err != nil {
-		return 0, 0, bad("not a cursor returned by this API")
+	p := strings.Split(string(raw), "|")
+	if len(p) != 3 {
+		return 0, 0, "", bad
+	}
+	if cursor, err = strconv.ParseUint(p[1], 10, 64); err != nil {
+		return 0, 0, "", bad
 	}
 	for i, a := range addrs {
-		if a == addr {
-			return i, n, nil
+		if a == p[0] {
+			return i, cursor, p[2], nil
 		}
 	}
-	return 0, 0, bad(fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", addr))
+	return 0, 0, "", &job.FieldError{Field: "cursor", Msg: fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", p[0])}
 }
 
 // Update changes parts of a job's definition: the fields that are not nil.

@@ -174,7 +174,13 @@ func TestList_PagesAndFilters(t *testing.T) {
 				require.Less(t, pages, 100)
 				p, err := s.List(ctx, f)
 				require.NoError(t, err)
+				limit := f.Limit
+				if limit == 0 {
+					limit = shard.DefaultListLimit
+				}
+				require.LessOrEqual(t, len(p.Jobs), limit)
 				for _, j := range p.Jobs {
+					require.NotContains(t, out, j.ID, "listed twice")
 					out[j.ID] = j
 				}
 				if p.Next == "" {
@@ -185,6 +191,7 @@ func TestList_PagesAndFilters(t *testing.T) {
 		}
 		all := list(shard.ListFilter{Limit: 50})
 		require.Len(t, all, 230)
+		require.Len(t, list(shard.ListFilter{Limit: 7}), 230)
 		require.Equal(t, "x", all["j001"].Queue)
 		require.Equal(t, job.StateScheduled, all["j001"].State)
 		ys := list(shard.ListFilter{Queue: "y"})
