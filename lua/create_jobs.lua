@@ -120,5 +120,6 @@ for _, b in ipairs(dueBuckets) do
   redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
 end
 
+local readied = flush_ready(P)
 flush_stats(P)
-return { wake, flush_ready(P), results }
+return { wake, readied, results }

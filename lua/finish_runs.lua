@@ -172,8 +172,9 @@ local function done()
   for k = 1, #leaving, 6000 do
     redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))
   end
+  local readied = flush_ready(P)
   flush_stats(P)
-  return flush_ready(P)
+  return readied
 end
 
 if mode == 'reap' then

@@ -103,5 +103,6 @@ if dl[2] then
   nextDeadline = tonumber(dl[2])
 end
 
+local readied = flush_ready(P)
 flush_stats(P)
-return { now, nextDue, nextDeadline, fired, flush_ready(P), cron }
+return { now, nextDue, nextDeadline, fired, readied, cron }

@@ -93,5 +93,6 @@ for _ = 1, n do
 end
 
 flush_unfile(P, bucketsKey)
+local readied = flush_ready(P)
 flush_stats(P)
-return { fired, flush_ready(P) }
+return { fired, readied }

@@ -42,5 +42,6 @@ end
 redis.call('HSET', jobKey, 'r' .. due, run_pack(r), 'rl', rl_add(rl, due), 'st', state)
 redis.call('ZREM', deadKey, member)
 stat('d', q, -1)
+local readied = flush_ready(P)
 flush_stats(P)
-return { 1, state, flush_ready(P) }
+return { 1, state, readied }

@@ -65,5 +65,6 @@ if next > 0 then
 end
 redis.call('HSET', jobKey, 'st', state, 'nx', num(next))
 redis.call('HDEL', jobKey, 'ps')
+local readied = flush_ready(P)
 flush_stats(P)
-return { 1, state, next, flush_ready(P), wake }
+return { 1, state, next, readied, wake }

@@ -108,5 +108,6 @@ if due then
   redis.call('HSET', jobKey, unpack(fields))
 end
 redis.call('HSET', jobKey, 'dh', ARGV[5])
+local readied = flush_ready(P)
 flush_stats(P)
-return { 1, state, next, wake, flush_ready(P) }
+return { 1, state, next, wake, readied }

@@ -34,27 +34,33 @@ end
 -- counts passes the run's queue field as read (nil, false or '' mean the default queue),
 -- or UNKNOWN_Q when the job is gone and its queue cannot be known.
 local UNKNOWN_Q = {}
-local statDelta = {}
-local statFields = {}
+local statDelta = { s = {}, f = {}, d = {}, n = {} }
+local statOrder = {}
 
 local function stat(kind, q, d)
   if q == UNKNOWN_Q then
     return
   end
-  local f = kind .. ':' .. ((not q or q == '') and 'default' or q)
-  local v = statDelta[f]
+  if not q or q == '' then
+    q = 'default'
+  end
+  local t = statDelta[kind]
+  local v = t[q]
   if not v then
     v = 0
-    statFields[#statFields + 1] = f
+    statOrder[#statOrder + 1] = kind
+    statOrder[#statOrder + 1] = q
   end
-  statDelta[f] = v + d
+  t[q] = v + d
 end
 
+-- flush_stats runs last: flush_ready counts the runs it makes ready ('n').
 local function flush_stats(P)
-  for _, f in ipairs(statFields) do
-    local d = statDelta[f]
+  for i = 1, #statOrder, 2 do
+    local kind, q = statOrder[i], statOrder[i + 1]
+    local d = statDelta[kind][q]
     if d ~= 0 then
-      redis.call('HINCRBY', P .. 'stats', f, num(d))
+      redis.call('HINCRBY', P .. 'stats', kind .. ':' .. q, num(d))
     end
   end
 end
@@ -165,7 +171,6 @@ local readyQueues = {}
 
 local function add_ready(q, pri, due, member)
   q = field(q, 'default')
-  stat('n', q, 1)
   local adds = group(readyAdds, readyQueues, q)
   local k = #adds
   adds[k + 1], adds[k + 2] = num(ready_score(pri, due)), member
@@ -175,6 +180,7 @@ end
 local function flush_ready(P)
   for _, q in ipairs(readyQueues) do
     local adds = readyAdds[q]
+    stat('n', q, #adds / 2)
     for k = 1, #adds, 6000 do
       redis.call('ZADD', P .. 'ready:' .. q, unpack(adds, k, math.min(k + 5999, #adds)))
     end
