@@ -95,8 +95,9 @@ type BatchReply struct {
 	Failed   int           `json:"failed"`
 }
 
-// JobList is the reply of GET /v1/jobs. A page may hold fewer than limit jobs even when
-// more follow; the listing is complete when NextCursor is empty.
+// JobList is the reply of GET /v1/jobs. A page holds about limit jobs: a few more when
+// the last scan batch overshoots it (a batch is never split), fewer, even none, when the
+// page's bounded scan found fewer; the listing is complete when NextCursor is empty.
 type JobList struct {
 	Jobs       []Job  `json:"jobs"`
 	NextCursor string `json:"next_cursor,omitempty"`

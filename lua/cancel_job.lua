@@ -1,9 +1,11 @@
 -- cancel_job: cancel a job: no further occurrences; ready, waiting and buffered runs are
 -- removed; running runs are marked cancelled (their workers learn it from the cancel
--- signal or their next heartbeat, and their ack then ends them as cancelled).
+-- signal or their next heartbeat, and their ack then ends them as cancelled); a
+-- recurring job's dead runs leave the dead-letter set (the job expires after retention).
 -- Idempotent: cancelling a job in a final state changes nothing.
 --
 -- KEYS[1] buckets    ZSET  index of non-empty due buckets
+-- KEYS[2] dead       ZSET  dead-letter set
 -- ARGV[1] prefix     string  shard key prefix
 -- ARGV[2] bucket     ms      due bucket width
 -- ARGV[3] id         string  job id
@@ -17,7 +19,7 @@
 --   running  members of runs that were running and must be interrupted
 --- @include "common"
 
-local bucketsKey = KEYS[1]
+local bucketsKey, deadKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
 local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
@@ -65,6 +67,18 @@ if j[4] and j[4] ~= '' then
 end
 if #fields > 0 then
   redis.call('HSET', jobKey, unpack(fields))
+end
+-- Dead runs (of a recurring job: a dead one-time job is final and not cancelled).
+local all = redis.call('HGETALL', jobKey)
+for k = 1, #all, 2 do
+  local f = all[k]
+  if string.find(f, '^r%d') and run_get(all[k + 1]).st == 'dead' then
+    local member = id .. ':' .. string.sub(f, 2)
+    if redis.call('ZREM', deadKey, member) == 1 then
+      stat('d', j[5], -1)
+    end
+    redis.call('HDEL', jobKey, f)
+  end
 end
 
 redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')

@@ -57,7 +57,11 @@ for _ = 1, n do
       end
     elseif not st or final(st) or st == 'paused' then
       -- Nothing to fire: the job is gone or no longer schedules runs.
-      unfile_later(b, member, st and q or UNKNOWN_Q)
+      if st then
+        unfile_later(b, member, q)
+      else
+        unfile_later(b, member, UNKNOWN_Q)
+      end
     elseif once then
       unfile_later(b, member, q)
       new_run(id, due, q, pri)

@@ -464,7 +464,7 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 	}
 	id := s.ShardOf(jobID)
 	args := append(s.jobArgs(id, jobID), strconv.Itoa(s.cfg.History), strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10))
-	reply, err := s.exec1(ctx, call{s.scripts.CancelJob, []string{s.keys.Buckets(id)}, args}).ToArray()
+	reply, err := s.exec1(ctx, call{s.scripts.CancelJob, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args}).ToArray()
 	if err != nil {
 		return "", false, fmt.Errorf("cancel job %q: %w", jobID, err)
 	}

@@ -35,9 +35,10 @@ type ListFilter struct {
 // Page is one page of List.
 type Page struct {
 	Jobs []*Info
-	// Next continues the listing; "" when it is complete. A page holds at most Limit
-	// jobs, and may hold fewer (even none) while Next is not empty: a page does a
-	// bounded amount of work.
+	// Next continues the listing; "" when it is complete. A page holds about Limit jobs:
+	// it may hold a few more (a SCAN batch is never split: SCAN from the same cursor may
+	// not return the same keys again), or fewer, even none, while Next is not empty (a
+	// page does a bounded amount of work).
 	Next string
 }
 
@@ -94,17 +95,23 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("list jobs: %w", err)
 	}
-	node, cursor, after := 0, uint64(0), ""
+	node, cursor := 0, uint64(0)
 	if f.Cursor != "" {
-		if node, cursor, after, err = decodeListCursor(f.Cursor, addrs); err != nil {
+		if node, cursor, err = decodeListCursor(f.Cursor, addrs); err != nil {
 			return Page{}, err
 		}
 	}
 	match := s.keys.global() + "{*}:job:*"
 	var page Page
 	for round := 0; round < scanRounds && node < len(addrs) && len(page.Jobs) < limit; round++ {
+		// A SCAN batch is never split (a SCAN from the same cursor need not return the
+		// same keys again), so the batch is sized to what the page still wants.
+		count := int64(min(scanCount, max(16, limit-len(page.Jobs))))
+		if f.Queue != "" || f.State != "" {
+			count = scanCount
+		}
 		n := nodes[addrs[node]]
-		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(scanCount).Build()).AsScanEntry()
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(count).Build()).AsScanEntry()
 		if err != nil {
 			return Page{}, fmt.Errorf("list jobs: scan %s: %w", addrs[node], err)
 		}
@@ -112,25 +119,17 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 		if err != nil {
 			return Page{}, err
 		}
-		// infos is sorted by id; a page that ended inside this batch ended at `after`.
 		for _, info := range infos {
-			if info.ID <= after || (f.Queue != "" && info.Queue != f.Queue) || (f.State != "" && info.State != f.State) {
-				continue
+			if (f.Queue == "" || info.Queue == f.Queue) && (f.State == "" || info.State == f.State) {
+				page.Jobs = append(page.Jobs, info)
 			}
-			if len(page.Jobs) == limit {
-				// The next page scans this batch again and starts after the last id.
-				page.Next = encodeListCursor(addrs[node], cursor, page.Jobs[limit-1].ID)
-				return page, nil
-			}
-			page.Jobs = append(page.Jobs, info)
 		}
-		after = ""
 		if cursor = e.Cursor; cursor == 0 {
 			node++
 		}
 	}
 	if node < len(addrs) {
-		page.Next = encodeListCursor(addrs[node], cursor, "")
+		page.Next = encodeListCursor(addrs[node], cursor)
 	}
 	return page, nil
 }
@@ -164,29 +163,26 @@ func (s *Store) readJobs(ctx context.Context, keys []string) ([]*Info, error) {
 	return out, nil
 }
 
-func encodeListCursor(addr string, cursor uint64, after string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(addr + "|" + strconv.FormatUint(cursor, 10) + "|" + after))
+func encodeListCursor(addr string, cursor uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(addr + "|" + strconv.FormatUint(cursor, 10)))
 }
 
-func decodeListCursor(c string, addrs []string) (node int, cursor uint64, after string, err error) {
+func decodeListCursor(c string, addrs []string) (node int, cursor uint64, err error) {
 	bad := &job.FieldError{Field: "cursor", Msg: "not a cursor returned by this API"}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, 0, "", bad
+		return 0, 0, bad
 	}
-	p := strings.Split(string(raw), "|")
-	if len(p) != 3 {
-		return 0, 0, "", bad
-	}
-	if cursor, err = strconv.ParseUint(p[1], 10, 64); err != nil {
-		return 0, 0, "", bad
+	addr, cur, ok := strings.Cut(string(raw), "|")
+	if cursor, err = strconv.ParseUint(cur, 10, 64); !ok || err != nil {
+		return 0, 0, bad
 	}
 	for i, a := range addrs {
-		if a == p[0] {
-			return i, cursor, p[2], nil
+		if a == addr {
+			return i, cursor, nil
 		}
 	}
-	return 0, 0, "", &job.FieldError{Field: "cursor", Msg: fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", p[0])}
+	return 0, 0, &job.FieldError{Field: "cursor", Msg: fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", addr)}
 }
 
 // Update changes parts of a job's definition: the fields that are not nil.
@@ -330,27 +326,51 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string
 			return nil, "", err
 		}
 	}
-	// The cursor is "<shard>.<score>.<entries with that score already seen>".
-	sh, score, seen := 0, int64(0), 0
+	// The cursor is "<shard>|<score>|<member>" of the last entry returned: entries of a
+	// dead set are ordered by score, then member, so the next page starts right after
+	// it even when entries before it were removed meanwhile.
+	sh, score, last := 0, int64(0), ""
 	if cursor != "" {
-		p := strings.Split(cursor, ".")
-		var e1, e2, e3 error
-		if len(p) == 3 {
+		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		p := strings.Split(string(raw), "|")
+		var e1, e2 error
+		if err == nil && len(p) == 3 {
 			sh, e1 = strconv.Atoi(p[0])
 			score, e2 = strconv.ParseInt(p[1], 10, 64)
-			seen, e3 = strconv.Atoi(p[2])
+			last = p[2]
 		}
-		if len(p) != 3 || errors.Join(e1, e2, e3) != nil || sh < 0 || sh >= s.cfg.Shards || seen < 0 {
+		if err != nil || len(p) != 3 || errors.Join(e1, e2) != nil || sh < 0 || sh >= s.cfg.Shards {
 			return nil, "", &job.FieldError{Field: "cursor", Msg: "not a cursor returned by this API"}
 		}
 	}
 	for rounds := 0; sh < s.cfg.Shards && len(runs) < limit && rounds < 4*scanRounds; rounds++ {
 		id := ID(sh)
+		key := s.keys.Dead(id)
 		want := limit - len(runs)
-		entries, err := s.c.Do(ctx, s.c.B().Zrangebyscore().Key(s.keys.Dead(id)).Min(strconv.FormatInt(score, 10)).Max("+inf").
-			Withscores().Limit(int64(seen), int64(want)).Build()).AsZScores()
-		if err != nil {
-			return nil, "", fmt.Errorf("dead runs of shard %d: %w", sh, err)
+		var entries []rueidis.ZScore
+		min := "-inf"
+		if last != "" {
+			sc := strconv.FormatInt(score, 10)
+			ties, err := s.c.Do(ctx, s.c.B().Zrangebyscore().Key(key).Min(sc).Max(sc).Withscores().Build()).AsZScores()
+			if err != nil {
+				return nil, "", fmt.Errorf("dead runs of shard %d: %w", sh, err)
+			}
+			for _, e := range ties {
+				if e.Member > last && len(entries) < want {
+					entries = append(entries, e)
+				}
+			}
+			min = "(" + sc
+		}
+		exhausted := false
+		if n := want - len(entries); n > 0 {
+			more, err := s.c.Do(ctx, s.c.B().Zrangebyscore().Key(key).Min(min).Max("+inf").
+				Withscores().Limit(0, int64(n)).Build()).AsZScores()
+			if err != nil {
+				return nil, "", fmt.Errorf("dead runs of shard %d: %w", sh, err)
+			}
+			entries = append(entries, more...)
+			exhausted = len(more) < n
 		}
 		got, err := s.readDead(ctx, id, entries)
 		if err != nil {
@@ -361,19 +381,15 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int, cursor string
 				runs = append(runs, r)
 			}
 		}
-		for _, e := range entries {
-			if sc := int64(e.Score); sc == score {
-				seen++
-			} else {
-				score, seen = sc, 1
-			}
-		}
-		if len(entries) < want {
-			sh, score, seen = sh+1, 0, 0
+		if exhausted {
+			sh, score, last = sh+1, 0, ""
+		} else {
+			e := entries[len(entries)-1]
+			score, last = int64(e.Score), e.Member
 		}
 	}
 	if sh < s.cfg.Shards {
-		next = strconv.Itoa(sh) + "." + strconv.FormatInt(score, 10) + "." + strconv.Itoa(seen)
+		next = base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(sh) + "|" + strconv.FormatInt(score, 10) + "|" + last))
 	}
 	return runs, next, nil
 }
