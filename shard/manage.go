@@ -482,7 +482,7 @@ type QueueStats struct {
 	Ready     int64
 	InFlight  int64
 	Dead      int64
-	Fired     int64 // runs made ready since the namespace was created (retries included)
+	Fired     int64 // runs made ready since the namespace was created (retries, hand-backs and resumed runs included)
 }
 
 // Queues returns the figures of every queue that ever held a run, and of paused queues,
