@@ -324,14 +324,13 @@ func newProgress(w io.Writer, label string, total int) *progressLine {
 
 // usedMemory sums INFO memory used_memory over the masters.
 func usedMemory(ctx context.Context, rc rueidis.Client) (int64, error) {
+	addrs, nodes, err := shard.Primaries(ctx, rc)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
 	var total int64
-	for _, node := range rc.Nodes() {
-		role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
-		if err == nil && len(role) > 0 {
-			if r, _ := role[0].ToString(); r != "master" {
-				continue
-			}
-		}
+	for _, addr := range addrs {
+		node := nodes[addr]
 		info, err := node.Do(ctx, node.B().Info().Section("memory").Build()).ToString()
 		if err != nil {
 			return 0, fmt.Errorf("bench: INFO memory: %w", err)

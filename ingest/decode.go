@@ -442,10 +442,10 @@ func decodeCreate(body []byte, idemKey string, maxPayload int) (*job.Job, *apiEr
 	return decodeJob(&r, maxPayload)
 }
 
-// EncodeJob is the inverse of DecodeJob: the request that creates j. Fields left at
+// encodeJob is the inverse of DecodeJob: the request that creates j. Fields left at
 // their zero value are omitted (the server fills the defaults). A payload that is
 // compact, valid UTF-8 JSON goes in Payload, any other bytes in PayloadBase64.
-func EncodeJob(j *job.Job) JobRequest {
+func encodeJob(j *job.Job) JobRequest {
 	r := JobRequest{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Priority: j.Priority,
 		Overlap: string(j.Overlap), Misfire: string(j.Misfire),

@@ -17,7 +17,7 @@ const fuzzMaxPayload = 256
 
 // FuzzDecodeJob feeds the create body decoder arbitrary bodies and Idempotency-Keys. It
 // must never panic; a job it accepts must validate (and normalise to itself), and must
-// come back unchanged through its wire form (EncodeJob, JSON, decode).
+// come back unchanged through its wire form (encodeJob, JSON, decode).
 func FuzzDecodeJob(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"t","schedule":{"now":true}}`,
@@ -53,7 +53,7 @@ func FuzzDecodeJob(f *testing.F) {
 		requireSameJob(t, j, again)
 
 		// The wire form creates the same job.
-		req := EncodeJob(j)
+		req := encodeJob(j)
 		b, err := json.Marshal(req)
 		require.NoError(t, err)
 		back, aerr := decodeCreate(b, "", fuzzMaxPayload)
@@ -145,13 +145,13 @@ func TestEncodeJob(t *testing.T) {
 	} {
 		want := cloneJob(j)
 		require.NoError(t, want.Normalize(0))
-		req := EncodeJob(j)
+		req := encodeJob(j)
 		got, err := DecodeJob(&req, 0)
 		require.NoError(t, err, j.ID)
 		fixJitter(&want.Retry)
 		requireSameJob(t, want, got)
 	}
-	require.Equal(t, Schedule{At: "2031-05-06T07:08:09.001+01:00"}, EncodeJob(&job.Job{Schedule: job.Schedule{At: at}}).Schedule)
+	require.Equal(t, Schedule{At: "2031-05-06T07:08:09.001+01:00"}, encodeJob(&job.Job{Schedule: job.Schedule{At: at}}).Schedule)
 }
 
 func TestIdempotencyID(t *testing.T) {

@@ -72,7 +72,8 @@ for _, member in ipairs(popped) do
 end
 if ni > 0 then
   redis.call('ZADD', inflightKey, unpack(inflight))
-  redis.call('HINCRBY', P .. 'stats', 'f:' .. ARGV[5], num(ni / 2))
+  stat('f', ARGV[5], ni / 2)
+  flush_stats(P)
 end
 
 return { now, out }

@@ -65,17 +65,7 @@ for _ = 1, n do
     table.insert(results, tonumber(existing[2]) or 0)
     table.insert(results, existing[3] or '')
   else
-    local due
-    if kind == 'at' then
-      due = tonumber(when)
-    elseif kind == 'delay' then
-      due = now + tonumber(when)
-    else
-      local c = candidate(when, now)
-      if c then
-        due = tonumber(c)
-      end
-    end
+    local due = due_of(kind, when, now)
     if not due then
       table.insert(results, -4)
       table.insert(results, '')

@@ -55,16 +55,9 @@ if kind ~= '' then
     -- Its run has fired already (ready, running, waiting for a retry, or parked).
     return { 0, st, 0, -1, {} }
   end
-  if kind == 'at' then
-    due = tonumber(when)
-  elseif kind == 'delay' then
-    due = now + tonumber(when)
-  else
-    local c = candidate(when, now)
-    if not c then
-      return { -4, st, 0, -1, {} }
-    end
-    due = tonumber(c)
+  due = due_of(kind, when, now)
+  if not due then
+    return { -4, st, 0, -1, {} }
   end
 end
 

@@ -52,9 +52,10 @@ func listLimit(n int) (int, error) {
 	return n, nil
 }
 
-// masters returns the primary nodes, sorted by address, with their clients.
-func (s *Store) masters(ctx context.Context) ([]string, map[string]rueidis.Client, error) {
-	nodes := s.c.Nodes()
+// Primaries returns the addresses of c's primary nodes (one server, or a Cluster's
+// masters: Nodes also lists replicas), sorted, and the clients of all its nodes.
+func Primaries(ctx context.Context, c rueidis.Client) ([]string, map[string]rueidis.Client, error) {
+	nodes := c.Nodes()
 	if len(nodes) == 1 {
 		for addr := range nodes {
 			return []string{addr}, nodes, nil
@@ -91,7 +92,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 	if f.State != "" && !job.ValidState(f.State) {
 		return Page{}, &job.FieldError{Field: "state", Msg: fmt.Sprintf("unknown state %q", f.State)}
 	}
-	addrs, nodes, err := s.masters(ctx)
+	addrs, nodes, err := Primaries(ctx, s.c)
 	if err != nil {
 		return Page{}, fmt.Errorf("list jobs: %w", err)
 	}
@@ -265,9 +266,9 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 			set[e.def[k]] = true
 			setArgs = append(setArgs, e.def[k], e.def[k+1])
 		}
-		var del []string
+		var del []string // HDEL of a field the hash lacks is a no-op
 		for _, f := range defFields {
-			if _, ok := m[f]; ok && !set[f] {
+			if !set[f] {
 				del = append(del, f)
 			}
 		}
@@ -277,18 +278,21 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		if err != nil {
 			return nil, fmt.Errorf("update job %q: %w", jobID, err)
 		}
-		switch code := i64(reply[0]); {
-		case (code == -5 || code == -4) && attempt < 3:
+		code := i64(reply[0])
+		if (code == -5 || code == -4) && attempt < 3 {
+			// A concurrent change: read again. No candidate after now: measure the clock.
 			if code == -4 {
 				if err := s.measureClock(ctx); err != nil {
 					return nil, err
 				}
 			}
 			continue
-		case code < 0 && code != -5:
-			return nil, codeError(code)
+		}
+		switch {
 		case code == -5:
 			return nil, fmt.Errorf("update job %q: changed concurrently %d times, try again", jobID, attempt+1)
+		case code < 0:
+			return nil, codeError(code)
 		case code == 0:
 			return nil, &StateError{Op: "update", JobID: jobID, State: str(reply[1])}
 		}

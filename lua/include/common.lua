@@ -301,3 +301,16 @@ local function candidate(list, now)
   end
   return nil
 end
+
+-- due_of returns the due time (ms) of a schedule sent as kind and when (see create_jobs):
+-- 'at' a time, 'delay' ms after now, 'cron' candidates; nil when no cron candidate is
+-- after now.
+local function due_of(kind, when, now)
+  if kind == 'at' then
+    return tonumber(when)
+  elseif kind == 'delay' then
+    return now + tonumber(when)
+  end
+  local c = candidate(when, now)
+  return c and tonumber(c)
+end
