@@ -70,24 +70,44 @@ func TestNextRound_SkipsPausedQueues(t *testing.T) {
 func TestSignal_PauseAndResume(t *testing.T) {
 	t.Parallel()
 	w := newPauseTestWorker(t)
+	ctx := context.Background()
 	ch := w.store.Keys().QueueChannel()
 
+	// A pause signal pauses at once and asks for a read of the paused set.
 	w.signal(ch, "pause mail")
 	require.True(t, w.paused["mail"])
+	require.True(t, w.rereadPaused)
+	require.Len(t, w.claimWake, 1)
+	<-w.claimWake
+	w.rereadPaused = false
 	for _, msg := range []string{"pause other", "pause", "stop default", "resume  mail", "pause default x"} {
 		w.signal(ch, msg) // not ours, or malformed
 	}
 	require.Equal(t, map[string]bool{"mail": true}, w.paused)
+	require.False(t, w.rereadPaused)
 	require.Len(t, w.claimWake, 0)
 
-	// Resuming marks every shard of the queue hot and wakes the claim loop.
+	// A resume signal only asks for the read: it may be older than a pause that came
+	// after it, so the set decides.
+	_, err := w.store.PauseQueue(ctx, "mail")
+	require.NoError(t, err)
 	w.signal(ch, "resume mail")
+	require.True(t, w.paused["mail"])
+	require.True(t, w.rereadPaused)
+	require.Len(t, w.claimWake, 1)
+	w.refreshPaused(ctx)
+	require.True(t, w.paused["mail"], "a stale resume signal does not undo a pause")
+
+	// Once the set says resumed, the read resumes and marks every shard of the queue hot.
+	_, err = w.store.ResumeQueue(ctx, "mail")
+	require.NoError(t, err)
+	w.signal(ch, "resume mail")
+	w.refreshPaused(ctx)
 	require.Empty(t, w.paused)
 	for i := range 4 {
 		require.Contains(t, w.hot, source{"mail", shard.ID(i)})
 	}
-	require.Len(t, w.claimWake, 1)
-	require.Equal(t, uint64(2), w.pausedGen)
+	require.Equal(t, uint64(1), w.pausedGen)
 }
 
 func TestRefreshPaused_FailedReadKeepsState(t *testing.T) {

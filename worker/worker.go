@@ -227,10 +227,14 @@ type Worker struct {
 	// ready while the claim was in flight is not lost.
 	hot map[source]int64
 	// paused holds the worker's queues that an operator paused: their sources stay in
-	// hot but are not claimed. pausedGen counts pause and resume signals, so a read of
-	// the paused set that raced with one does not overwrite it with older news.
-	paused    map[string]bool
-	pausedGen uint64
+	// hot but are not claimed. The paused set in Redis is the truth; signals only
+	// hasten reading it. A pause signal pauses at once (the safe direction) and bumps
+	// pausedGen, so a read of the set that raced with it does not undo it; a resume
+	// signal only sets rereadPaused, because it may be older than a pause that a read
+	// already applied (signals and reads are not ordered with each other).
+	paused       map[string]bool
+	pausedGen    uint64
+	rereadPaused bool
 	started   bool
 	stopping  bool
 
@@ -425,7 +429,11 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	for {
 		// Read the paused set at start and then about once a sweep, even when the loop
 		// is never idle: it repairs what a lost pause or resume signal left wrong.
-		if now := time.Now(); now.Sub(pausedRead) >= w.cfg.Sweep {
+		w.mu.Lock()
+		reread := w.rereadPaused
+		w.rereadPaused = false
+		w.mu.Unlock()
+		if now := time.Now(); reread || now.Sub(pausedRead) >= w.cfg.Sweep {
 			w.refreshPaused(ctx)
 			pausedRead = now
 		}
@@ -638,12 +646,15 @@ func (w *Worker) signal(ch, msg string) {
 			return
 		}
 		w.mu.Lock()
-		w.pausedGen++
-		w.setPaused(q, verb == "pause")
-		w.mu.Unlock()
-		if verb == "resume" {
-			w.poke()
+		if verb == "pause" {
+			w.pausedGen++
+			w.setPaused(q, true)
 		}
+		// Either way, read the set soon: it says whether a resume still holds, and
+		// it ends a pause that a stale signal brought back.
+		w.rereadPaused = true
+		w.mu.Unlock()
+		w.poke()
 	case keys.CancelChannel():
 		_, member, ok := strings.Cut(msg, " ")
 		if !ok {
