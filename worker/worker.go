@@ -235,8 +235,8 @@ type Worker struct {
 	paused       map[string]bool
 	pausedGen    uint64
 	rereadPaused bool
-	started   bool
-	stopping  bool
+	started      bool
+	stopping     bool
 
 	claimWake  chan struct{}      // work may be available or slots freed
 	runs       chan *active       // claimed, waiting for a handler slot
