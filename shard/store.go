@@ -31,6 +31,9 @@ type Config struct {
 	Retention time.Duration
 	// MaxPayload bounds a job's payload in bytes. Default 1 MiB.
 	MaxPayload int
+	// Durability says what accepted writes wait for. Default: AOF and asynchronous
+	// replication only.
+	Durability Durability
 	// Clock is the local clock. Default time.Now. Tock's firing never depends on it (the
 	// scripts use Redis TIME); it only seeds estimates of Redis's clock, corrected by a
 	// measured offset. Tests set a skewed one.

@@ -91,6 +91,8 @@ func run(ctx context.Context, args []string, c *cli) error {
 		return runQueues(ctx, c, args[1:])
 	case "bench":
 		return runBench(ctx, args[1:], c.out)
+	case "snapshot":
+		return runSnapshot(ctx, args[1:], c)
 	case "help", "-h", "--help":
 		fmt.Fprint(c.out, usage)
 		return nil
