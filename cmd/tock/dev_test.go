@@ -13,7 +13,6 @@ import (
 
 	"github.com/tockhq/tock/bench"
 	"github.com/tockhq/tock/ingest"
-	"github.com/tockhq/tock/internal/redistest"
 )
 
 // startDev runs tock dev on free ports until the test ends and returns the API's URL.
@@ -154,88 +153,4 @@ func TestBench_IngestFromTheCommandLine(t *testing.T) {
 		require.Zero(t, res.Rejected)
 		require.Positive(t, res.AcceptedPerSec)
 	}
-}
-
-func TestServer_RunsTheAPIAndADispatcher(t *testing.T) {
-	t.Parallel()
-	for _, b := range redistest.Backends(t) {
-		if b.Mini != nil {
-			continue // the server speaks to Redis as it is; miniredis needs a client set up for it
-		}
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			ns := redistest.Namespace(t, b)
-			ctx, cancel := context.WithCancel(context.Background())
-			addr := make(chan string, 1)
-			done := make(chan error, 1)
-			var logs syncBuffer
-			env := map[string]string{
-				"TOCK_REDIS":  strings.Join(b.Addrs, ","),
-				"TOCK_TOKENS": "writer-0123456789abcdef:write, reader-0123456789abcdef:read",
-			}
-			go func() {
-				c := &cli{out: &logs, errOut: &logs, getenv: func(k string) string { return env[k] }}
-				done <- runServerWith(ctx, c, []string{"--http", "127.0.0.1:0", "--namespace", ns, "--shards", "8", "--metrics-http", "127.0.0.1:0"},
-					func(a string) { addr <- a })
-			}()
-			var u string
-			select {
-			case a := <-addr:
-				u = "http://" + a
-			case err := <-done:
-				cancel()
-				t.Fatalf("tock server ended: %v\n%s", err, logs.String())
-			}
-			api := map[string]string{"TOCK_API": u, "TOCK_TOKEN": "writer-0123456789abcdef"}
-			r := runTock(t, ctx, api, "", "jobs", "create", "--id", "soon", "--type", "t", "--delay", "300ms")
-			require.NoError(t, r.err, r.errOut)
-			// No worker runs in tock server: the dispatcher moves the run to ready.
-			require.Eventually(t, func() bool {
-				r := runTock(t, ctx, api, "", "jobs", "get", "soon", "--json")
-				return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "ready"
-			}, 10*time.Second, 20*time.Millisecond)
-			r = runTock(t, ctx, map[string]string{"TOCK_API": u, "TOCK_TOKEN": "reader-0123456789abcdef"}, "", "jobs", "cancel", "soon")
-			require.ErrorContains(t, r.err, "403")
-			r = runTock(t, ctx, map[string]string{"TOCK_API": u}, "", "jobs", "get", "soon")
-			require.ErrorContains(t, r.err, "401")
-			require.Contains(t, httpGet(t, u+"/metrics", "reader-0123456789abcdef"), `tock_http_requests_total{code="201",route="POST /v1/jobs"} 1`)
-			m := regexp.MustCompile(`metrics=(http://\S+/metrics)`).FindStringSubmatch(logs.String())
-			require.NotNil(t, m, logs.String())
-			require.Contains(t, httpGet(t, m[1]), "tock_runs_fired_total{shard=")
-
-			cancel()
-			require.NoError(t, <-done)
-			require.Contains(t, logs.String(), "tock server shutting down")
-		})
-	}
-}
-
-func TestServer_Flags(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		env  map[string]string
-		args []string
-		want string
-	}{
-		{nil, nil, "--redis (or TOCK_REDIS) is required"},
-		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--roles", "api,cook"}, `unknown role "cook"`},
-		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--token", "short:write"}, "shorter than 16"},
-		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--token", "0123456789abcdefg:admin"}, `scope "admin"`},
-		{map[string]string{"TOCK_REDIS": "127.0.0.1:1", "TOCK_TOKENS": "nocolon"}, nil, "TOCK_TOKENS"},
-		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"--log-level", "loud"}, "--log-level"},
-		{map[string]string{"TOCK_REDIS": "127.0.0.1:1"}, []string{"extra"}, `unexpected argument "extra"`},
-	} {
-		r := runTock(t, context.Background(), tc.env, "", append([]string{"server"}, tc.args...)...)
-		require.ErrorContains(t, r.err, tc.want, "%v %v", tc.env, tc.args)
-	}
-	// Flags replace TOCK_TOKENS, and a secret may hold colons.
-	var tf tokenFlags
-	tf.tokens = []ingest.Token{{Secret: "from-env-0123456789", Scope: ingest.ScopeRead}}
-	require.NoError(t, tf.Set("a:b:0123456789abcdef:write"))
-	require.Equal(t, []ingest.Token{{Secret: "a:b:0123456789abcdef", Scope: ingest.ScopeWrite}}, tf.tokens)
-	require.True(t, isLoopback("127.0.0.1:8080"))
-	require.True(t, isLoopback("[::1]:8080"))
-	require.True(t, isLoopback("localhost:8080"))
-	require.False(t, isLoopback(":8080"))
-	require.False(t, isLoopback("0.0.0.0:8080"))
 }

@@ -34,8 +34,18 @@ Usage:
       Run an embedded in-memory Redis, a dispatcher, a worker and the HTTP API (no auth)
       in one process. --demo also creates sample jobs and prints one line per firing.
   tock server --redis host:port[,host:port...] [--http 127.0.0.1:8080] [--token secret:scope]...
-      Run the HTTP API and a dispatcher against Redis or Redis Cluster (env TOCK_REDIS,
-      TOCK_TOKENS); --roles api or --roles dispatcher runs one of them.
+      Run the HTTP API and a dispatcher against Redis or Redis Cluster; --roles api or
+      --roles dispatcher runs one of them.
+  tock ingest --redis host:port[,host:port...] [--http 127.0.0.1:8080] [--token secret:scope]...
+      Run the HTTP API only.
+  tock dispatcher --redis host:port[,host:port...] [--snapshot-to URL --snapshot-every 1h]
+      Run a dispatcher only: the live dispatchers share the shards and fire due runs.
+  tock init --redis host:port[,host:port...] [--namespace tock] [--shards 64] [--bucket 1m]
+      Initialise a namespace, or check that it exists with these settings.
+      server, ingest, dispatcher and init read every setting from a flag, an environment
+      variable (TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config, TOCK_CONFIG);
+      see docs/config.md. SIGINT or SIGTERM shuts down in order: the API, the
+      dispatcher, the workers, the Redis client; a second signal exits at once.
   tock jobs create|get|ls|patch|cancel|pause|resume|trigger|runs [flags]
       Manage jobs through the API: --api URL (env TOCK_API, default http://127.0.0.1:8080),
       --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table.
@@ -61,6 +71,10 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // the first signal starts a graceful shutdown; a second one exits at once
+	}()
 	err := run(ctx, os.Args[1:], osCLI())
 	var ue *usageError
 	switch {
@@ -83,6 +97,12 @@ func run(ctx context.Context, args []string, c *cli) error {
 		return runDev(ctx, args[1:], c.out)
 	case "server":
 		return runServer(ctx, args[1:], c)
+	case "ingest":
+		return runIngest(ctx, args[1:], c)
+	case "dispatcher":
+		return runDispatcher(ctx, args[1:], c)
+	case "init":
+		return runInit(ctx, args[1:], c)
 	case "jobs", "job":
 		return runJobs(ctx, c, args[1:])
 	case "dead":
@@ -193,21 +213,22 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 			return err
 		}
 	}
+	// The embedded Redis is closed by the deferred calls, after the components stopped.
+	var r running
 	if err := d.Start(ctx); err != nil {
 		return err
 	}
+	r.d = d
 	if err := w.Start(ctx); err != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return errors.Join(err, d.Stop(sctx))
+		return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
 	}
+	r.w = w
 	if api != nil {
 		if err := api.Start(ctx); err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
 			err = fmt.Errorf("dev: HTTP API on %s: %w (choose another address with --http, e.g. --http 127.0.0.1:0)", o.http, err)
-			return errors.Join(err, w.Stop(sctx), d.Stop(sctx))
+			return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
 		}
+		r.api = api
 	}
 	fmt.Fprintf(out, "tock dev: embedded Redis at %s, %d shards; dispatcher %q and a worker are running (Ctrl-C stops)\n",
 		mr.Addr(), o.shards, d.Name())
@@ -228,9 +249,7 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 	}
 	if o.demo {
 		if err := createDemoJobs(ctx, client, out); err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			return errors.Join(err, stopAll(sctx, api, d, w))
+			return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
 		}
 	}
 	if o.started != nil {
@@ -239,30 +258,69 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 	<-ctx.Done()
 
 	fmt.Fprintln(out, "tock dev: shutting down")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	return stopAll(sctx, api, d, w)
+	return r.stop(ctx, logger, devStepTimeout)
 }
 
-// stopAll stops the components in shutdown order: the API first (no new jobs), then the
-// dispatcher (no new firings), then the worker (drains its runs). The Redis client is
-// closed by the caller afterwards. Nil components are skipped.
-func stopAll(ctx context.Context, api *ingest.Server, d *dispatcher.Dispatcher, w *worker.Worker) error {
+// devStepTimeout bounds each step of tock dev's shutdown.
+const devStepTimeout = 10 * time.Second
+
+// running holds the components a command started, to stop them in shutdown order: the
+// API first (no new jobs), then the dispatcher (no new firings), the worker (drains its
+// runs), periodic snapshots, the metrics endpoint, and last the Redis client, which the
+// others use until they stopped. Nil components are skipped.
+type running struct {
+	api       *ingest.Server
+	d         *dispatcher.Dispatcher
+	w         *worker.Worker
+	snapshots func(context.Context) error // stops periodic snapshots
+	metrics   func(context.Context) error // stops the metrics endpoint
+	redis     rueidis.Client
+}
+
+// stop stops what r holds, in shutdown order, and forgets it. Each step is logged and
+// bounded by its own timeout; ctx may be done already (steps run on a context without
+// its cancellation). A failed step does not stop the next: stop returns every error.
+func (r *running) stop(ctx context.Context, logger *slog.Logger, timeout time.Duration) error {
+	type step struct {
+		name string
+		stop func(context.Context) error
+	}
+	var steps []step
+	if r.api != nil {
+		steps = append(steps, step{"ingest", r.api.Stop})
+	}
+	if r.d != nil {
+		steps = append(steps, step{"dispatcher", r.d.Stop})
+	}
+	if r.w != nil {
+		steps = append(steps, step{"workers", r.w.Stop})
+	}
+	if r.snapshots != nil {
+		steps = append(steps, step{"snapshots", r.snapshots})
+	}
+	if r.metrics != nil {
+		steps = append(steps, step{"metrics", r.metrics})
+	}
+	if r.redis != nil {
+		rc := r.redis
+		steps = append(steps, step{"redis", func(context.Context) error { rc.Close(); return nil }})
+	}
+	*r = running{}
+
+	base := context.WithoutCancel(ctx)
 	var errs []error
-	if api != nil {
-		if err := api.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop API: %w", err))
+	for _, s := range steps {
+		logger.InfoContext(base, "stopping", "component", s.name, "timeout", timeout)
+		start := time.Now()
+		sctx, cancel := context.WithTimeout(base, timeout)
+		err := s.stop(sctx)
+		cancel()
+		if err != nil {
+			logger.ErrorContext(base, "stop failed", "component", s.name, "err", err)
+			errs = append(errs, fmt.Errorf("stop %s: %w", s.name, err))
+			continue
 		}
-	}
-	if d != nil {
-		if err := d.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop dispatcher: %w", err))
-		}
-	}
-	if w != nil {
-		if err := w.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop worker: %w", err))
-		}
+		logger.InfoContext(base, "stopped", "component", s.name, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return errors.Join(errs...)
 }

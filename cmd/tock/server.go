@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,9 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 
@@ -19,238 +22,291 @@ import (
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/prom"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/snapshot"
 )
 
-type serverOptions struct {
-	redis           []string
-	redisPassword   string
-	http            string
-	namespace       string
-	shards          int
-	tokens          []ingest.Token
-	maxBacklog      int64
-	maxBatch        int
-	api, dispatch   bool // roles
-	name            string
-	metricsHTTP     string
-	logLevel        slog.Level
-	shutdownTimeout time.Duration
-	// started, when set, is called with the API's address ("" without the api role) once
-	// everything runs (tests).
-	started func(apiAddr string)
-}
-
-// tokenFlags collects repeated --token secret:scope flags.
-type tokenFlags struct {
-	tokens []ingest.Token
-	set    bool
-}
-
-func (t *tokenFlags) String() string { return "" }
-
-func (t *tokenFlags) Set(v string) error {
-	tok, err := parseToken(v)
-	if err != nil {
-		return err
-	}
-	if !t.set { // flags replace TOCK_TOKENS
-		t.tokens, t.set = nil, true
-	}
-	t.tokens = append(t.tokens, tok)
-	return nil
-}
-
-// parseToken parses "secret:scope", scope read or write; the secret is what precedes
-// the last colon.
-func parseToken(v string) (ingest.Token, error) {
-	i := strings.LastIndexByte(v, ':')
-	if i <= 0 {
-		return ingest.Token{}, errors.New(`want "secret:scope" with scope read or write`)
-	}
-	secret, scope := v[:i], ingest.Scope(v[i+1:])
-	if scope != ingest.ScopeRead && scope != ingest.ScopeWrite {
-		return ingest.Token{}, fmt.Errorf("scope %q: want read or write", scope)
-	}
-	if len(secret) < 16 {
-		return ingest.Token{}, errors.New("secret shorter than 16 characters")
-	}
-	return ingest.Token{Secret: secret, Scope: scope}, nil
-}
-
-func parseTokens(env string) ([]ingest.Token, error) {
-	var toks []ingest.Token
-	for _, v := range strings.Split(env, ",") {
-		if v = strings.TrimSpace(v); v == "" {
-			continue
-		}
-		t, err := parseToken(v)
-		if err != nil {
-			return nil, fmt.Errorf("TOCK_TOKENS: %w", err)
-		}
-		toks = append(toks, t)
-	}
-	return toks, nil
-}
-
+// runServer runs tock server: the API and a dispatcher, or one of them (--roles).
 func runServer(ctx context.Context, args []string, c *cli) error {
-	return runServerWith(ctx, c, args, nil)
+	return runRoles(ctx, c, cmdServer, args, nil)
 }
 
-// runServerWith is runServer with a hook called once everything runs (tests).
-func runServerWith(ctx context.Context, c *cli, args []string, started func(apiAddr string)) error {
-	fs := flag.NewFlagSet("tock server", flag.ContinueOnError)
-	fs.SetOutput(c.errOut)
-	var (
-		o               serverOptions
-		redis, roles    string
-		logLevel        string
-		tokens          tokenFlags
-		envTokens, terr = parseTokens(c.getenv("TOCK_TOKENS"))
-	)
-	tokens.tokens = envTokens
-	fs.StringVar(&redis, "redis", c.getenv("TOCK_REDIS"), "Redis address(es), comma-separated: one server or Cluster seeds (env TOCK_REDIS)")
-	fs.StringVar(&o.redisPassword, "redis-password", c.getenv("TOCK_REDIS_PASSWORD"), "Redis AUTH password (env TOCK_REDIS_PASSWORD)")
-	fs.StringVar(&o.http, "http", "127.0.0.1:8080", "listen address of the HTTP API")
-	fs.StringVar(&o.namespace, "namespace", "tock", "key namespace")
-	fs.IntVar(&o.shards, "shards", shard.DefaultShards, "shard count (fixed when the namespace is initialised)")
-	fs.Var(&tokens, "token", `accepted bearer token "secret:scope", scope read or write; repeatable (env TOCK_TOKENS, comma-separated). None: no authentication`)
-	fs.Int64Var(&o.maxBacklog, "max-backlog", 0, "refuse creates with 429 while more runs than this are ready or in flight (0: no limit)")
-	fs.IntVar(&o.maxBatch, "max-batch", 0, "most jobs in one batch create (default 10000)")
-	fs.StringVar(&roles, "roles", "api,dispatcher", "what this process runs: api, dispatcher, or both")
-	fs.StringVar(&o.metricsHTTP, "metrics-http", "", "listen address of a separate GET /metrics (default none: the API serves /metrics; use it with --roles dispatcher)")
-	fs.StringVar(&o.name, "name", "", "dispatcher name in leases (default: host name plus a random suffix)")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown may take")
-	if err := fs.Parse(args); err != nil {
+// runIngest runs tock ingest: the API only.
+func runIngest(ctx context.Context, args []string, c *cli) error {
+	return runRoles(ctx, c, cmdIngest, args, nil)
+}
+
+// runDispatcher runs tock dispatcher: a dispatcher only.
+func runDispatcher(ctx context.Context, args []string, c *cli) error {
+	return runRoles(ctx, c, cmdDispatcher, args, nil)
+}
+
+// runRoles runs tock server, ingest or dispatcher until ctx ends. started, when set, is
+// called with the API's address ("" without the API) once everything runs (tests).
+func runRoles(ctx context.Context, c *cli, cmd command, args []string, started func(apiAddr string)) error {
+	cfg, err := loadConfig(cmd, args, c.getenv, c.out, nil)
+	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("server: unexpected argument %q", fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	if terr != nil && !tokens.set {
-		return fmt.Errorf("server: %w", terr)
-	}
-	o.tokens = tokens.tokens
-	if redis == "" {
-		return errors.New("server: --redis (or TOCK_REDIS) is required: host:port of a Redis server, or Cluster seeds")
-	}
-	o.redis = strings.Split(redis, ",")
-	for _, r := range strings.Split(roles, ",") {
-		switch strings.TrimSpace(r) {
-		case "api", "ingest":
-			o.api = true
-		case "dispatcher":
-			o.dispatch = true
-		default:
-			return fmt.Errorf("server: --roles: unknown role %q (want api, dispatcher)", r)
-		}
-	}
-	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
-		return fmt.Errorf("server: --log-level: %w", err)
-	}
-	o.started = started
-	return serve(ctx, o, c.errOut)
+	return serve(ctx, cfg, c.errOut, started)
 }
 
-// serve runs the server until ctx ends, then shuts down in order: API, dispatcher, Redis.
+// serve runs the roles of cfg until ctx ends, then shuts down in order (see running).
 // Logs go to logOut.
-func serve(ctx context.Context, o serverOptions, logOut io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: o.logLevel}))
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: o.redis, Password: o.redisPassword, DisableCache: true,
-		// Batch creates: let one round trip carry them.
-		ReadBufferEachConn: 1 << 20, WriteBufferEachConn: 1 << 20,
-	})
+func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiAddr string)) error {
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.logLevel}))
+	rc, err := cfg.connect()
 	if err != nil {
-		return fmt.Errorf("server: connect to redis %v: %w", o.redis, err)
+		return fmt.Errorf("%s: %w", cfg.cmd, err)
 	}
-	defer rc.Close() // last: after the API and the dispatcher stopped
-	store, err := shard.Open(ctx, rc, shard.Config{Namespace: o.namespace, Shards: o.shards})
+	r := &running{redis: rc}
+	fail := func(err error) error {
+		return errors.Join(fmt.Errorf("%s: %w", cfg.cmd, err), r.stop(ctx, logger, cfg.shutdown))
+	}
+	store, err := openStore(ctx, rc, cfg)
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return fail(err)
 	}
-
 	metrics, err := prom.New(prom.Config{Logger: logger})
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return fail(err)
 	}
 	if err := metrics.QueueDepths(ctx, store.Queues); err != nil {
-		return fmt.Errorf("server: %w", err)
+		return fail(err)
 	}
 
-	var api *ingest.Server
-	var d *dispatcher.Dispatcher
-	var metricsSrv *http.Server
-	metricsDone := make(chan struct{})
-	stop := func() error {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
-		defer cancel()
-		err := stopAll(sctx, api, d, nil)
-		if metricsSrv != nil {
-			if serr := metricsSrv.Shutdown(sctx); serr != nil {
-				err = errors.Join(err, fmt.Errorf("stop metrics: %w", serr))
-			}
-			<-metricsDone
-		}
-		return err
-	}
-	if o.dispatch {
-		d, err = dispatcher.New(dispatcher.Config{Store: store, Name: o.name, Logger: logger, Metrics: metrics})
+	if cfg.dispatch {
+		d, err := dispatcher.New(dispatcher.Config{Store: store, Name: cfg.name, LeaseTTL: cfg.leaseTTL,
+			Logger: logger, Metrics: metrics})
 		if err != nil {
-			return fmt.Errorf("server: %w", err)
+			return fail(err)
 		}
 		if err := d.Start(ctx); err != nil {
-			return fmt.Errorf("server: start dispatcher: %w", err)
+			return fail(fmt.Errorf("start dispatcher: %w", err))
+		}
+		r.d = d
+		switch {
+		case cfg.snapshotEvery > 0:
+			r.snapshots = startSnapshots(ctx, store, cfg, logger)
+		case cfg.snapshotTo != "":
+			logger.WarnContext(ctx, "no periodic snapshots: --snapshot-to is set but --snapshot-every is 0")
 		}
 	}
-	if o.metricsHTTP != "" {
-		ln, err := net.Listen("tcp", o.metricsHTTP)
-		if err != nil {
-			return errors.Join(fmt.Errorf("server: --metrics-http %s: %w", o.metricsHTTP, err), stop())
+	metricsAddr := ""
+	if cfg.metricsHTTP != "" {
+		if r.metrics, metricsAddr, err = startMetrics(cfg.metricsHTTP, metrics.Registry()); err != nil {
+			return fail(cfg.errorf("metrics-http", "%w", err))
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry(), promhttp.HandlerOpts{}))
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			defer close(metricsDone)
-			_ = metricsSrv.Serve(ln) // http.ErrServerClosed after Shutdown
-		}()
-		o.metricsHTTP = ln.Addr().String()
 	}
 	apiAddr := ""
-	if o.api {
-		if len(o.tokens) == 0 && !isLoopback(o.http) {
-			logger.Warn("the API listens beyond loopback without authentication; give --token secret:scope", "addr", o.http)
+	if cfg.api {
+		if len(cfg.tokens) == 0 && !isLoopback(cfg.http) {
+			logger.WarnContext(ctx, "the API listens beyond loopback without authentication; give --token secret:scope", "addr", cfg.http)
 		}
-		api, err = ingest.New(ingest.Config{Store: store, Addr: o.http, Tokens: o.tokens,
-			MaxBatch: o.maxBatch, MaxBacklog: o.maxBacklog, Logger: logger,
+		api, err := ingest.New(ingest.Config{Store: store, Addr: cfg.http, Tokens: cfg.tokens,
+			MaxBatch: cfg.maxBatch, MaxBacklog: cfg.maxBacklog, Logger: logger,
 			MetricsHandler: metrics.Handler(), Metrics: metrics})
 		if err == nil {
 			err = api.Start(ctx)
 		}
 		if err != nil {
-			api = nil
-			return errors.Join(fmt.Errorf("server: API on %s: %w", o.http, err), stop())
+			return fail(cfg.errorf("http", "start the API: %w", err))
 		}
+		r.api = api
 		apiAddr = api.Addr()
 	}
-	attrs := []any{"redis", strings.Join(o.redis, ","), "namespace", o.namespace, "shards", store.Shards(), "tokens", len(o.tokens)}
-	if api != nil {
-		attrs = append(attrs, "api", "http://"+apiAddr)
+
+	attrs := []any{"redis", strings.Join(cfg.redis, ","), "namespace", cfg.namespace, "shards", store.Shards(),
+		"bucket", shortDuration(store.Config().BucketSize), "durability", store.Config().Durability.String()}
+	if r.api != nil {
+		attrs = append(attrs, "api", "http://"+apiAddr, "tokens", len(cfg.tokens))
 	}
-	if d != nil {
-		attrs = append(attrs, "dispatcher", d.Name())
+	if r.d != nil {
+		attrs = append(attrs, "dispatcher", r.d.Name())
 	}
-	if metricsSrv != nil {
-		attrs = append(attrs, "metrics", "http://"+o.metricsHTTP+"/metrics")
+	if r.snapshots != nil {
+		attrs = append(attrs, "snapshot_to", cfg.snapshotTo, "snapshot_every", cfg.snapshotEvery)
 	}
-	logger.Info("tock server running", attrs...)
-	if o.started != nil {
-		o.started(apiAddr)
+	if r.metrics != nil {
+		attrs = append(attrs, "metrics", "http://"+metricsAddr+"/metrics")
+	}
+	logger.InfoContext(ctx, "tock "+cfg.cmd.String()+" running", attrs...)
+	if started != nil {
+		started(apiAddr)
 	}
 	<-ctx.Done()
-	logger.Info("tock server shutting down")
-	return stop()
+	logger.InfoContext(ctx, "tock "+cfg.cmd.String()+" shutting down", "step_timeout", cfg.shutdown)
+	return r.stop(ctx, logger, cfg.shutdown)
+}
+
+// connect returns a client of the Redis server or Cluster of c: rueidis discovers a
+// Cluster's nodes from any of them.
+func (c *config) connect() (rueidis.Client, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: c.redis, Username: c.redisUsername, Password: c.redisPassword, DisableCache: true,
+		// Batch creates: let one round trip carry them.
+		ReadBufferEachConn: 1 << 20, WriteBufferEachConn: 1 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to Redis at %s: %w", strings.Join(c.redis, ","), err)
+	}
+	return rc, nil
+}
+
+// openStore opens the namespace of c, initialising it when it is new. A shard count or
+// bucket width that c does not set follows the namespace's; one that c sets and that
+// differs from the namespace's is a *settingError naming it.
+func openStore(ctx context.Context, rc rueidis.Client, c *config) (*shard.Store, error) {
+	sc := shard.Config{Namespace: c.namespace, Shards: c.shards, BucketSize: c.bucket, Durability: c.durability}
+	for range 3 { // at most one retry per recorded setting
+		store, err := shard.Open(ctx, rc, sc)
+		me, ok := errors.AsType[*shard.ConfigMismatchError](err)
+		if !ok {
+			if err != nil {
+				return nil, fmt.Errorf("open namespace %q: %w", c.namespace, err)
+			}
+			return store, nil
+		}
+		switch me.Setting {
+		case "shards":
+			n, perr := strconv.Atoi(me.Stored)
+			if c.given("shards") || perr != nil {
+				return nil, c.errorf("shards", "namespace %q was initialised with %s shards, and its shard count "+
+					"cannot change (leave the setting out to use the namespace's, or choose another --namespace)", c.namespace, me.Stored)
+			}
+			sc.Shards = n
+		case "bucket":
+			ms, perr := strconv.ParseInt(me.Stored, 10, 64)
+			stored := me.Stored + "ms"
+			if perr == nil {
+				stored = shortDuration(time.Duration(ms) * time.Millisecond)
+			}
+			if c.given("bucket") || perr != nil {
+				return nil, c.errorf("bucket", "namespace %q was initialised with %s buckets, and its bucket width "+
+					"cannot change (leave the setting out to use the namespace's, or choose another --namespace)", c.namespace, stored)
+			}
+			sc.BucketSize = time.Duration(ms) * time.Millisecond
+		default:
+			return nil, c.errorf("namespace", "%w", me)
+		}
+	}
+	return nil, c.errorf("namespace", "namespace %q: its recorded settings keep changing", c.namespace)
+}
+
+// startMetrics serves GET /metrics of reg on addr until the returned stop function is
+// called; it returns the bound address too.
+func startMetrics(addr string, reg *prometheus.Registry) (stop func(context.Context) error, bound string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // http.ErrServerClosed after Shutdown
+	}()
+	return func(ctx context.Context) error {
+		err := srv.Shutdown(ctx)
+		if err != nil {
+			_ = srv.Close()
+		}
+		<-done
+		return err
+	}, ln.Addr().String(), nil
+}
+
+// startSnapshots runs snapshot.RunPeriodic until the returned stop function is called,
+// which running.stop does before it closes the Redis client. An error that ends the
+// snapshots early is logged at once and returned by stop.
+func startSnapshots(ctx context.Context, store *shard.Store, c *config, logger *slog.Logger) func(context.Context) error {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() {
+		err := snapshot.RunPeriodic(sctx, snapshot.PeriodicConfig{Store: store, To: c.snapshotTo,
+			Every: c.snapshotEvery, Keep: c.snapshotKeep, Logger: logger})
+		if err != nil && sctx.Err() == nil {
+			logger.ErrorContext(sctx, "periodic snapshots stopped", "err", err)
+		}
+		done <- err
+	}()
+	return func(ctx context.Context) error {
+		cancel()
+		select {
+		case err := <-done:
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// runInit runs tock init: it initialises a namespace, or checks that it exists with the
+// settings given.
+func runInit(ctx context.Context, args []string, c *cli) error {
+	var asJSON bool
+	cfg, err := loadConfig(cmdInit, args, c.getenv, c.out, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	})
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	rc, err := cfg.connect()
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	defer rc.Close()
+	res, err := initNamespace(ctx, rc, cfg)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	if asJSON {
+		return json.NewEncoder(c.out).Encode(res)
+	}
+	what := "created namespace"
+	if !res.Created {
+		what = "namespace already initialised:"
+	}
+	_, err = fmt.Fprintf(c.out, "%s %q: %d shards, %s buckets, schema v%d (Redis %s)\n",
+		what, res.Namespace, res.Shards, res.Bucket, res.Schema, strings.Join(cfg.redis, ","))
+	return err
+}
+
+// initResult is what tock init did, as --json prints it.
+type initResult struct {
+	Namespace string `json:"namespace"`
+	// Created is true when this run initialised the namespace, false when it was
+	// initialised already with the same settings.
+	Created bool   `json:"created"`
+	Shards  int    `json:"shards"`
+	Bucket  string `json:"bucket"` // a Go duration
+	Schema  int    `json:"schema"`
+}
+
+// initNamespace initialises the namespace of c, or checks that it was initialised with
+// the settings c gives (see openStore).
+func initNamespace(ctx context.Context, rc rueidis.Client, c *config) (initResult, error) {
+	meta := shard.NewKeys(c.namespace, nil).Meta()
+	n, err := rc.Do(ctx, rc.B().Exists().Key(meta).Build()).AsInt64()
+	if err != nil {
+		return initResult{}, fmt.Errorf("read namespace %q: %w", c.namespace, err)
+	}
+	store, err := openStore(ctx, rc, c)
+	if err != nil {
+		return initResult{}, err
+	}
+	return initResult{Namespace: c.namespace, Created: n == 0, Shards: store.Shards(),
+		Bucket: shortDuration(store.Config().BucketSize), Schema: shard.SchemaVersion}, nil
 }
 
 // isLoopback reports whether a listen address is on a loopback interface only.

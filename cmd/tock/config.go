@@ -1,0 +1,796 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// command is one of the commands that read the settings table; setting.cmds is a set
+// of them.
+type command uint8
+
+const (
+	cmdServer command = 1 << iota
+	cmdIngest
+	cmdDispatcher
+	cmdInit
+
+	cmdRoles = cmdServer | cmdIngest | cmdDispatcher // the commands that run a role
+	cmdAll   = cmdRoles | cmdInit
+)
+
+// commandInfo names the commands of the settings table and says what each does, for
+// --help and docs/config.md.
+var commandInfo = []struct {
+	cmd   command
+	name  string
+	about string
+}{
+	{cmdServer, "server", "Run the HTTP API (ingest) and a dispatcher against Redis or Redis Cluster; " +
+		"--roles api or --roles dispatcher runs one of them. SIGINT or SIGTERM shuts down in order: " +
+		"the API, the dispatcher, snapshots, then the Redis client."},
+	{cmdIngest, "ingest", "Run the HTTP API only (the api role of tock server). " +
+		"SIGINT or SIGTERM stops the API, then closes the Redis client."},
+	{cmdDispatcher, "dispatcher", "Run a dispatcher only (the dispatcher role of tock server): the live " +
+		"dispatchers of a namespace share its shards and fire their due runs. SIGINT or SIGTERM " +
+		"hands its shards back, stops snapshots, then closes the Redis client."},
+	{cmdInit, "init", "Initialise a namespace: record its shard count and bucket width in Redis. " +
+		"Reports whether it created the namespace or found it already initialised with the same " +
+		"settings; fails, naming the setting, when the namespace was initialised with others. " +
+		"The other commands initialise a new namespace too, with the settings they are given."},
+}
+
+func (c command) String() string {
+	for _, ci := range commandInfo {
+		if ci.cmd == c {
+			return ci.name
+		}
+	}
+	return "command(" + strconv.Itoa(int(c)) + ")"
+}
+
+// setting is one row of the settings table: a flag, its environment variable, its key
+// in the --config file, its default and the commands that read it. A value comes from
+// the flag, else the environment variable, else the file, else the default.
+type setting struct {
+	flag     string  // the flag's name without dashes; also names the setting in the config
+	env      string  // environment variable; default TOCK_ and flag in upper snake case
+	key      string  // config-file key; default flag in snake case; noKey for none
+	arg      string  // what the value looks like, in --help
+	def      string  // default value, parsed like any other value ("" for none)
+	defText  string  // default in words, when def alone would mislead
+	help     string  // what the setting means
+	cmds     command // the commands that read it
+	required bool    // a value other than "" is required
+	// list settings hold several values: a repeated flag adds to the list, and the
+	// environment and the file separate them with commas (the file also takes a YAML
+	// sequence). parse is called for each.
+	list bool
+	// secret values are never printed, not even in error messages.
+	secret bool
+	// parse checks a value and stores it in c; its error says what is wanted and is
+	// prefixed with where the value came from. Nil for --config, which loadConfig reads.
+	parse func(c *config, v string) error
+}
+
+// noKey is setting.key for a setting the config file cannot hold.
+const noKey = "-"
+
+func (s *setting) envName() string {
+	if s.env != "" {
+		return s.env
+	}
+	return "TOCK_" + strings.ToUpper(strings.ReplaceAll(s.flag, "-", "_"))
+}
+
+// fileKey returns the setting's key in the config file, "" for none.
+func (s *setting) fileKey() string {
+	switch s.key {
+	case noKey:
+		return ""
+	case "":
+		return strings.ReplaceAll(s.flag, "-", "_")
+	}
+	return s.key
+}
+
+// config is the validated configuration of tock server, ingest, dispatcher or init.
+type config struct {
+	cmd           command
+	redis         []string
+	redisUsername string
+	redisPassword string
+	namespace     string
+	shards        int
+	bucket        time.Duration
+	http          string
+	tokens        []ingest.Token
+	maxBacklog    int64
+	maxBatch      int
+	durability    shard.Durability // Timeout from --durability-timeout
+	api, dispatch bool             // the roles to run
+	name          string
+	leaseTTL      time.Duration
+	snapshotTo    string
+	snapshotEvery time.Duration
+	snapshotKeep  int
+	metricsHTTP   string
+	logLevel      slog.Level
+	shutdown      time.Duration
+	// values holds where each setting's value came from, by flag name.
+	values map[string]value
+}
+
+// source says where a value came from, in increasing precedence.
+type source uint8
+
+const (
+	fromDefault source = iota
+	fromFile
+	fromEnv
+	fromFlag
+)
+
+// value is a setting's raw value and where it came from.
+type value struct {
+	text string
+	src  source
+	file string // fromFile: the file's path
+	line int    // fromFile: the line of the key
+}
+
+// given reports whether the setting named flag was set by a flag, the environment or
+// the config file, rather than left to its default.
+func (c *config) given(flag string) bool { return c.values[flag].src != fromDefault }
+
+// settingError is an invalid setting. Its message names the setting and where its value
+// came from: `TOCK_SHARDS="abc" (env): want a whole number from 1 to 4096`.
+type settingError struct {
+	where string
+	err   error
+}
+
+func (e *settingError) Error() string { return e.where + ": " + e.err.Error() }
+
+func (e *settingError) Unwrap() error { return e.err }
+
+// errorf returns a *settingError for the value of the setting named flag.
+func (c *config) errorf(flag, format string, args ...any) error {
+	return &settingError{where: settingByFlag(flag).where(c.values[flag]), err: fmt.Errorf(format, args...)}
+}
+
+// where describes a value of s and where it came from, leaving secrets out.
+func (s *setting) where(v value) string {
+	q := ""
+	if !s.secret {
+		q = strconv.Quote(v.text)
+	}
+	switch v.src {
+	case fromFlag:
+		return strings.TrimSpace("--" + s.flag + " " + q)
+	case fromEnv:
+		if q != "" {
+			q = "=" + q
+		}
+		return s.envName() + q + " (env)"
+	case fromFile:
+		return strings.TrimSpace(fmt.Sprintf("%s line %d: %s %s", v.file, v.line, s.fileKey(), q))
+	}
+	return strings.TrimSpace("--" + s.flag + " default " + q)
+}
+
+var settings = []*setting{
+	{flag: "config", key: noKey, arg: "path", cmds: cmdAll,
+		help: "YAML file of settings, keyed by the file keys listed here; an unknown key is an error"},
+	{flag: "redis", arg: "host:port[,host:port...]", cmds: cmdAll, list: true, required: true,
+		help: "address of a Redis server, or of Redis Cluster nodes (one is enough: the client finds the others)",
+		parse: func(c *config, v string) error {
+			if err := checkAddr(v, 1); err != nil {
+				return err
+			}
+			c.redis = append(c.redis, v)
+			return nil
+		}},
+	{flag: "redis-username", arg: "name", cmds: cmdAll,
+		help:  "Redis ACL user name (AUTH); empty: the default user",
+		parse: func(c *config, v string) error { c.redisUsername = v; return nil }},
+	{flag: "redis-password", arg: "password", cmds: cmdAll, secret: true,
+		help:  "Redis password (AUTH); empty: none",
+		parse: func(c *config, v string) error { c.redisPassword = v; return nil }},
+	{flag: "namespace", arg: "name", def: "tock", cmds: cmdAll,
+		help: "prefix of every Redis key of a deployment: 1 to 32 of A-Z a-z 0-9 . _ ~ -",
+		parse: func(c *config, v string) error {
+			if err := job.ValidateID("namespace", v, 32); err != nil {
+				return fieldMessage(err)
+			}
+			c.namespace = v
+			return nil
+		}},
+	{flag: "shards", arg: "N", def: strconv.Itoa(shard.DefaultShards), cmds: cmdAll,
+		defText: "the namespace's; " + strconv.Itoa(shard.DefaultShards) + " for a new one",
+		help:    "shard count, fixed when the namespace is initialised (1 to " + strconv.Itoa(shard.MaxShards) + ")",
+		parse: func(c *config, v string) error {
+			n, err := parseCount(v, 1, shard.MaxShards)
+			c.shards = int(n)
+			return err
+		}},
+	{flag: "bucket", arg: "duration", def: "1m", cmds: cmdAll,
+		defText: "the namespace's; 1m for a new one",
+		help:    "width of a due-time bucket, fixed when the namespace is initialised (1s to 24h)",
+		parse: func(c *config, v string) (err error) {
+			c.bucket, err = parseDuration(v, time.Second, 24*time.Hour)
+			return err
+		}},
+	{flag: "http", arg: "host:port", def: ingest.DefaultAddr, cmds: cmdServer | cmdIngest,
+		help: "listen address of the HTTP API (port 0 picks a free one)",
+		parse: func(c *config, v string) error {
+			c.http = v
+			return checkAddr(v, 0)
+		}},
+	{flag: "token", env: "TOCK_TOKENS", key: "tokens", arg: "secret:scope", cmds: cmdServer | cmdIngest, list: true, secret: true,
+		help: "a bearer token the API accepts: a secret of at least 16 characters, a colon, and the scope read or write; " +
+			"repeat the flag, or separate tokens with commas. None: no authentication (meant for loopback addresses)",
+		parse: func(c *config, v string) error {
+			t, err := parseToken(v)
+			if err != nil {
+				return err
+			}
+			for _, o := range c.tokens {
+				if o.Secret == t.Secret {
+					return errors.New("the same secret twice")
+				}
+			}
+			c.tokens = append(c.tokens, t)
+			return nil
+		}},
+	{flag: "max-backlog", arg: "N", def: "0", cmds: cmdServer | cmdIngest,
+		help: "refuse creates with 429 while more runs than this are ready or in flight (0: no limit)",
+		parse: func(c *config, v string) (err error) {
+			c.maxBacklog, err = parseCount(v, 0, 1<<62)
+			return err
+		}},
+	{flag: "max-batch", arg: "N", def: strconv.Itoa(ingest.DefaultMaxBatch), cmds: cmdServer | cmdIngest,
+		help: "most jobs in one batch create (1 to 1000000)",
+		parse: func(c *config, v string) error {
+			n, err := parseCount(v, 1, 1_000_000)
+			c.maxBatch = int(n)
+			return err
+		}},
+	{flag: "durability", arg: "mode", def: "async", cmds: cmdServer | cmdIngest,
+		help: "what a create or management call waits for before the API acknowledges it: async (AOF and " +
+			"asynchronous replication) or replicas:N (N replicas confirm it, with Redis WAIT)",
+		parse: func(c *config, v string) error {
+			d, err := shard.ParseDurability(v)
+			if err != nil {
+				return errors.New("want async or replicas:N with N from 1 to 16")
+			}
+			c.durability.Replicas = d.Replicas
+			return nil
+		}},
+	{flag: "durability-timeout", arg: "duration", def: "1s", cmds: cmdServer | cmdIngest,
+		help: "longest wait for the replicas of --durability replicas:N (1ms to 1m)",
+		parse: func(c *config, v string) (err error) {
+			c.durability.Timeout, err = parseDuration(v, time.Millisecond, time.Minute)
+			return err
+		}},
+	{flag: "roles", arg: "role[,role]", def: "api,dispatcher", cmds: cmdServer, list: true,
+		help: "what tock server runs: api (or ingest), dispatcher, or both",
+		parse: func(c *config, v string) error {
+			switch v {
+			case "api", "ingest":
+				c.api = true
+			case "dispatcher":
+				c.dispatch = true
+			default:
+				return fmt.Errorf("unknown role %q: want api, dispatcher, or both", v)
+			}
+			return nil
+		}},
+	{flag: "name", arg: "name", defText: "the host name and a random suffix", cmds: cmdServer | cmdDispatcher,
+		help: "the dispatcher's name in leases and membership, unique among the namespace's dispatchers: " +
+			"1 to 100 of A-Z a-z 0-9 . _ ~ -",
+		parse: func(c *config, v string) error {
+			if err := job.ValidateID("name", v, 100); err != nil {
+				return fieldMessage(err)
+			}
+			c.name = v
+			return nil
+		}},
+	{flag: "lease-ttl", arg: "duration", def: "3s", cmds: cmdServer | cmdDispatcher,
+		help: "how long a shard lease lives without renewal: a dead dispatcher's shards fire again " +
+			"on another within about 1.3 times this (300ms to 1m)",
+		parse: func(c *config, v string) (err error) {
+			c.leaseTTL, err = parseDuration(v, 300*time.Millisecond, time.Minute)
+			return err
+		}},
+	{flag: "snapshot-to", arg: "url", cmds: cmdServer | cmdDispatcher,
+		help: "where periodic snapshots go: file:///dir or s3://bucket/prefix (with --snapshot-every)",
+		parse: func(c *config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || u.Scheme == "" {
+				return errors.New("want a URL such as file:///var/lib/tock/snapshots or s3://bucket/prefix")
+			}
+			c.snapshotTo = v
+			return nil
+		}},
+	{flag: "snapshot-every", arg: "duration", def: "0", cmds: cmdServer | cmdDispatcher,
+		help: "how often to export a snapshot to --snapshot-to (0: never)",
+		parse: func(c *config, v string) (err error) {
+			c.snapshotEvery, err = parseDuration(v, 0, 0)
+			return err
+		}},
+	{flag: "snapshot-keep", arg: "N", def: "24", cmds: cmdServer | cmdDispatcher,
+		help: "how many periodic snapshots to keep; older ones are deleted (1 to 100000)",
+		parse: func(c *config, v string) error {
+			n, err := parseCount(v, 1, 100_000)
+			c.snapshotKeep = int(n)
+			return err
+		}},
+	{flag: "metrics-http", arg: "host:port", defText: "none: the API serves GET /metrics", cmds: cmdRoles,
+		help: "listen address of a separate GET /metrics endpoint (for the dispatcher role, which has no API)",
+		parse: func(c *config, v string) error {
+			c.metricsHTTP = v
+			return checkAddr(v, 0)
+		}},
+	{flag: "log-level", arg: "level", def: "info", cmds: cmdRoles,
+		help: "debug, info, warn or error",
+		parse: func(c *config, v string) error {
+			switch v {
+			case "debug", "info", "warn", "error":
+				return c.logLevel.UnmarshalText([]byte(v))
+			}
+			return errors.New("want debug, info, warn or error")
+		}},
+	{flag: "shutdown-timeout", arg: "duration", def: "30s", cmds: cmdRoles,
+		help: "how long each step of a graceful shutdown may take (1ms to 1h)",
+		parse: func(c *config, v string) (err error) {
+			c.shutdown, err = parseDuration(v, time.Millisecond, time.Hour)
+			return err
+		}},
+}
+
+// settingByFlag returns the setting named flag; it panics for an unknown one (a bug).
+func settingByFlag(flag string) *setting {
+	for _, s := range settings {
+		if s.flag == flag {
+			return s
+		}
+	}
+	panic("tock: no setting --" + flag)
+}
+
+// flagValue collects the raw values of one setting's flag.
+type flagValue struct {
+	list bool
+	vals []string
+}
+
+func (f *flagValue) String() string { return strings.Join(f.vals, ",") }
+
+func (f *flagValue) Set(v string) error {
+	if !f.list {
+		f.vals = f.vals[:0] // the last one counts
+	}
+	f.vals = append(f.vals, v)
+	return nil
+}
+
+// loadConfig reads the settings of cmd from args (flags), the environment (getenv) and
+// the --config file, in that order of precedence, and validates them before anything
+// connects. addFlags, when set, defines the command's flags that are not settings. For
+// -h or --help it prints the help to out and returns flag.ErrHelp. An invalid setting is a
+// *settingError; all of them are returned at once, joined.
+func loadConfig(cmd command, args []string, getenv func(string) string, out io.Writer, addFlags func(*flag.FlagSet)) (*config, error) {
+	fs := flag.NewFlagSet("tock "+cmd.String(), flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	flags := map[string]*flagValue{}
+	for _, s := range settings {
+		if s.cmds&cmd != 0 {
+			flags[s.flag] = &flagValue{list: s.list}
+			fs.Var(flags[s.flag], s.flag, s.help)
+		}
+	}
+	if addFlags != nil {
+		addFlags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(out, cmd, fs)
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (tock %s --help lists the flags)", err, cmd)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (tock %s --help lists the flags)", fs.Arg(0), cmd)
+	}
+
+	c := &config{cmd: cmd, values: map[string]value{}}
+	var file map[string]value
+	if path := resolve(settingByFlag("config"), flags, getenv, nil); path.text != "" {
+		var err error
+		if file, err = readConfigFile(path.text); err != nil {
+			return nil, err
+		}
+	}
+	var errs []error
+	for _, s := range settings {
+		if s.cmds&cmd == 0 || s.parse == nil {
+			continue
+		}
+		v := resolve(s, flags, getenv, file)
+		c.values[s.flag] = v
+		if err := s.parseValue(c, v.text); err != nil {
+			errs = append(errs, &settingError{where: s.where(v), err: err})
+		} else if s.required && (v.text == "" || s.list && len(splitList(v.text)) == 0) {
+			errs = append(errs, s.missing())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, c.check()
+}
+
+// parseValue parses v, every item of it for a list setting, into c.
+func (s *setting) parseValue(c *config, v string) error {
+	if !s.list {
+		if v == "" && s.def == "" {
+			return nil // not set, and none by default
+		}
+		return s.parse(c, v)
+	}
+	items := splitList(v)
+	for i, item := range items {
+		if err := s.parse(c, item); err != nil {
+			if len(items) > 1 {
+				return fmt.Errorf("item %d: %w", i+1, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// missing is the error for a required setting without a value.
+func (s *setting) missing() error {
+	where := "--" + s.flag + " (or " + s.envName()
+	if k := s.fileKey(); k != "" {
+		where += ", or " + k + " in the --config file"
+	}
+	return &settingError{where: where + ")", err: fmt.Errorf("required: %s", s.help)}
+}
+
+// check validates what no setting can alone.
+func (c *config) check() error {
+	switch {
+	case c.cmd == cmdServer && !c.api && !c.dispatch:
+		return c.errorf("roles", "want api, dispatcher, or both")
+	case c.cmd&(cmdServer|cmdDispatcher) != 0 && c.snapshotEvery > 0 && c.snapshotTo == "":
+		return c.errorf("snapshot-every", "--snapshot-to is required to export snapshots")
+	}
+	switch c.cmd {
+	case cmdIngest:
+		c.api = true
+	case cmdDispatcher:
+		c.dispatch = true
+	}
+	return nil
+}
+
+// resolve returns the value of s: its flag, else its environment variable, else its key
+// in file, else its default.
+func resolve(s *setting, flags map[string]*flagValue, getenv func(string) string, file map[string]value) value {
+	if f := flags[s.flag]; f != nil && len(f.vals) > 0 {
+		return value{text: strings.Join(f.vals, ","), src: fromFlag}
+	}
+	if v := getenv(s.envName()); v != "" {
+		return value{text: v, src: fromEnv}
+	}
+	if v, ok := file[s.fileKey()]; ok {
+		return v
+	}
+	return value{text: s.def}
+}
+
+// splitList splits a list setting's value at its commas, dropping empty items.
+func splitList(v string) []string {
+	var items []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
+}
+
+// readConfigFile reads a YAML config file: a mapping from file keys to values (a YAML
+// sequence for a list setting). An unknown key, a key given twice and a value of the
+// wrong shape are errors naming the file and line.
+func readConfigFile(path string) (map[string]value, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	vals := map[string]value{}
+	if len(doc.Content) == 0 {
+		return vals, nil // empty file
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s line %d: want settings as key: value lines", path, root.Line)
+	}
+	keys := map[string]*setting{}
+	for _, s := range settings {
+		if k := s.fileKey(); k != "" {
+			keys[k] = s
+		}
+	}
+	var errs []error
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		s := keys[k.Value]
+		if s == nil {
+			msg := fmt.Sprintf("%s line %d: unknown setting %q", path, k.Line, k.Value)
+			if near := closest(k.Value, keys); near != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", near)
+			}
+			errs = append(errs, errors.New(msg))
+			continue
+		}
+		if prev, ok := vals[k.Value]; ok {
+			errs = append(errs, fmt.Errorf("%s line %d: %s given twice (first on line %d)", path, k.Line, k.Value, prev.line))
+			continue
+		}
+		text, err := scalarText(v, s.list)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s line %d: %s: %w", path, v.Line, k.Value, err))
+			continue
+		}
+		vals[k.Value] = value{text: text, src: fromFile, file: path, line: k.Line}
+	}
+	return vals, errors.Join(errs...)
+}
+
+// scalarText returns the text of a config-file value: a scalar, or for a list setting
+// a sequence of scalars joined with commas. Null is "".
+func scalarText(n *yaml.Node, list bool) (string, error) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null":
+		return "", nil
+	case n.Kind == yaml.ScalarNode:
+		return n.Value, nil
+	case n.Kind == yaml.SequenceNode && list:
+		items := make([]string, len(n.Content))
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode {
+				return "", fmt.Errorf("item %d: want a single value", i+1)
+			}
+			if strings.Contains(item.Value, ",") {
+				return "", fmt.Errorf("item %d: a value cannot hold a comma", i+1)
+			}
+			items[i] = item.Value
+		}
+		return strings.Join(items, ","), nil
+	case list:
+		return "", errors.New("want a value or a list of values")
+	}
+	return "", errors.New("want a single value")
+}
+
+// closest returns the key nearest to k (at most 2 edits away), or "".
+func closest(k string, keys map[string]*setting) string {
+	best, bestD := "", 3
+	for key := range keys {
+		if d := editDistance(k, key); d < bestD || d == bestD && key < best {
+			best, bestD = key, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// parseCount parses a whole number from lo to hi.
+func parseCount(v string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		if hi >= 1<<62 {
+			return 0, fmt.Errorf("want a whole number, %d or more", lo)
+		}
+		return 0, fmt.Errorf("want a whole number from %d to %d", lo, hi)
+	}
+	return n, nil
+}
+
+// parseDuration parses a Go duration from lo to hi; lo and hi 0 take any duration ≥ 0.
+func parseDuration(v string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case hi == 0 && (err != nil || d < 0):
+		return 0, errors.New("want a duration such as 90s, 10m or 1h, or 0")
+	case hi != 0 && (err != nil || d < lo || d > hi):
+		return 0, fmt.Errorf("want a duration from %s to %s, such as 90s or 10m", shortDuration(lo), shortDuration(hi))
+	}
+	return d, nil
+}
+
+// shortDuration formats d without zero minor units: 1m rather than 1m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// checkAddr checks a host:port address whose port is minPort to 65535; a host is
+// required unless minPort is 0 (a listen address, where no host means every interface).
+func checkAddr(v string, minPort int) error {
+	host, port, err := net.SplitHostPort(v)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p < minPort || p > 65535 || host == "" && minPort > 0 {
+		if minPort > 0 {
+			return fmt.Errorf("want host:port with a port from %d to 65535", minPort)
+		}
+		return errors.New("want host:port or :port with a port from 0 to 65535")
+	}
+	return nil
+}
+
+// parseToken parses "secret:scope", scope read or write; the secret is what precedes
+// the last colon.
+func parseToken(v string) (ingest.Token, error) {
+	i := strings.LastIndexByte(v, ':')
+	if i <= 0 {
+		return ingest.Token{}, errors.New(`want "secret:scope" with scope read or write`)
+	}
+	secret, scope := v[:i], ingest.Scope(v[i+1:])
+	if scope != ingest.ScopeRead && scope != ingest.ScopeWrite {
+		return ingest.Token{}, fmt.Errorf("scope %q: want read or write", scope)
+	}
+	if len(secret) < 16 {
+		return ingest.Token{}, errors.New("secret shorter than 16 characters")
+	}
+	return ingest.Token{Secret: secret, Scope: scope}, nil
+}
+
+// fieldMessage drops the field name from a *job.FieldError: the setting's name comes
+// first already.
+func fieldMessage(err error) error {
+	if fe, ok := errors.AsType[*job.FieldError](err); ok {
+		return errors.New(fe.Msg)
+	}
+	return err
+}
+
+// printHelp prints the help of cmd: what it does, then every flag with its environment
+// variable, config-file key and default.
+func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: tock %s [flags]\n\n", cmd)
+	for _, ci := range commandInfo {
+		if ci.cmd == cmd {
+			fmt.Fprintln(w, wrap(ci.about, 88, ""))
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n\nFlags:\n", wrap("A setting comes from its flag, else its environment variable, "+
+		"else its key in the --config file, else its default. docs/config.md describes every setting.", 88, ""))
+	for _, s := range settings {
+		if s.cmds&cmd == 0 {
+			continue
+		}
+		where := "env " + s.envName()
+		if k := s.fileKey(); k != "" {
+			where += ", file key " + k
+		}
+		switch {
+		case s.required:
+			where += ", required"
+		case s.defText != "":
+			where += ", default " + s.defText
+		case s.def != "":
+			where += ", default " + s.def
+		}
+		fmt.Fprintf(w, "  --%s %s\n%s\n%s\n", s.flag, s.arg, wrap(s.help, 88, "      "), wrap(where, 88, "      "))
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(*flagValue); !ok { // a command flag that is not a setting
+			fmt.Fprintf(w, "  --%s\n%s\n", f.Name, wrap(f.Usage, 88, "      "))
+		}
+	})
+}
+
+// wrap fills text into lines of at most width bytes (longer words stay whole), each
+// starting with indent.
+func wrap(text string, width int, indent string) string {
+	var b strings.Builder
+	line := indent
+	for _, word := range strings.Fields(text) {
+		if line != indent && len(line)+1+len(word) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if line != indent {
+			line += " "
+		}
+		line += word
+	}
+	b.WriteString(line)
+	return b.String()
+}
+
+// settingsMarkdown is the table of every setting in docs/config.md.
+func settingsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| flag | environment | file key | default | commands | meaning |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	code := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return "`" + cell(s) + "`"
+	}
+	for _, s := range settings {
+		def := code(s.def)
+		switch {
+		case s.required:
+			def = "required"
+		case s.defText != "":
+			def = cell(s.defText)
+		}
+		var cmds []string
+		for _, ci := range commandInfo {
+			if s.cmds&ci.cmd != 0 {
+				cmds = append(cmds, ci.name)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", code("--"+s.flag+" "+s.arg), code(s.envName()),
+			code(s.fileKey()), def, strings.Join(cmds, ", "), cell(s.help))
+	}
+	return b.String()
+}
