@@ -318,12 +318,12 @@ var settings = []*setting{
 			c.leaseTTL, err = parseDuration(v, 300*time.Millisecond, time.Minute)
 			return err
 		}},
-	{flag: "snapshot-to", arg: "url", cmds: cmdServer | cmdDispatcher,
-		help: "where periodic snapshots go: file:///dir or s3://bucket/prefix (with --snapshot-every)",
+	{flag: "snapshot-to", arg: "location", cmds: cmdServer | cmdDispatcher,
+		help: "where periodic snapshots go (with --snapshot-every): a directory, file:///dir, or " +
+			"s3://bucket?region=... (a gocloud.dev/blob URL; prefix=folder/ keeps them in a folder)",
 		parse: func(c *config, v string) error {
-			u, err := url.Parse(v)
-			if err != nil || u.Scheme == "" {
-				return errors.New("want a URL such as file:///var/lib/tock/snapshots or s3://bucket/prefix")
+			if _, err := url.Parse(v); err != nil {
+				return errors.New("want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1")
 			}
 			c.snapshotTo = v
 			return nil

@@ -118,7 +118,7 @@ max_backlog: 1000000
 durability: replicas:2
 durability_timeout: 250ms
 roles: dispatcher
-snapshot_to: s3://bucket/tock
+snapshot_to: s3://bucket?region=eu-west-1&prefix=tock/
 snapshot_every: 1h
 snapshot_keep: 7
 name: ~
@@ -133,7 +133,7 @@ tokens: a-secret-0123456789:write, b-secret-0123456789:read
 	require.Equal(t, shard.Durability{Replicas: 2, Timeout: 250 * time.Millisecond}, c.durability)
 	require.False(t, c.api)
 	require.True(t, c.dispatch)
-	require.Equal(t, "s3://bucket/tock", c.snapshotTo)
+	require.Equal(t, "s3://bucket?region=eu-west-1&prefix=tock/", c.snapshotTo)
 	require.Equal(t, time.Hour, c.snapshotEvery)
 	require.Equal(t, 7, c.snapshotKeep)
 	require.Empty(t, c.name)
@@ -196,7 +196,7 @@ func TestLoadConfig_Errors(t *testing.T) {
 		{cmdServer, redis, []string{"--roles", ","}, `--roles ",": want api, dispatcher, or both`},
 		{cmdDispatcher, redis, []string{"--name", "a/b"}, `--name "a/b": "a/b": character '/' at 1 is not one of A-Z a-z 0-9 . _ ~ -`},
 		{cmdDispatcher, redis, []string{"--lease-ttl", "100ms"}, `--lease-ttl "100ms": want a duration from 300ms to 1m, such as 90s or 10m`},
-		{cmdDispatcher, redis, []string{"--snapshot-to", "/var/tock"}, `--snapshot-to "/var/tock": want a URL such as file:///var/lib/tock/snapshots or s3://bucket/prefix`},
+		{cmdDispatcher, redis, []string{"--snapshot-to", "s3://b%zz"}, `--snapshot-to "s3://b%zz": want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1`},
 		{cmdDispatcher, redis, []string{"--snapshot-every", "-1s"}, `--snapshot-every "-1s": want a duration such as 90s, 10m or 1h, or 0`},
 		{cmdDispatcher, redis, []string{"--snapshot-every", "1h"}, `--snapshot-every "1h": --snapshot-to is required to export snapshots`},
 		{cmdDispatcher, redis, []string{"--snapshot-keep", "0"}, `--snapshot-keep "0": want a whole number from 1 to 100000`},

@@ -42,10 +42,6 @@ Usage:
       Run a dispatcher only: the live dispatchers share the shards and fire due runs.
   tock init --redis host:port[,host:port...] [--namespace tock] [--shards 64] [--bucket 1m]
       Initialise a namespace, or check that it exists with these settings.
-      server, ingest, dispatcher and init read every setting from a flag, an environment
-      variable (TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config, TOCK_CONFIG);
-      see docs/config.md. SIGINT or SIGTERM shuts down in order: the API, the
-      dispatcher, the workers, the Redis client; a second signal exits at once.
   tock jobs create|get|ls|patch|cancel|pause|resume|trigger|runs [flags]
       Manage jobs through the API: --api URL (env TOCK_API, default http://127.0.0.1:8080),
       --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table.
@@ -55,6 +51,11 @@ Usage:
       Queue figures (--watch redraws every 2s), or stop and restart claiming from a queue.
   tock bench fire|throughput|memory|ingest [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
+
+server, ingest, dispatcher and init read each setting from a flag, an environment variable
+(TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config FILE or TOCK_CONFIG); see
+docs/config.md. SIGINT or SIGTERM stops them gracefully, in order: the API, the
+dispatcher, periodic snapshots, the Redis client; a second signal exits at once.
 
 Run 'tock <command> --help' for the flags of a command.
 `
