@@ -29,7 +29,9 @@ type CreateResult struct {
 	// the one given.
 	Conflict bool
 	// Err is a *job.FieldError for an invalid job, or the Redis error that prevented
-	// the create.
+	// the create, or a *ReplicationError when the job's shard was not confirmed by
+	// Config.Durability's replicas in time (the other fields then say what the primary
+	// did).
 	Err error
 }
 
@@ -231,7 +233,8 @@ func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs [
 	}
 	var firstErr error
 	var msgs [][2]string
-	for k, r := range s.exec(ctx, calls...) {
+	res, replErrs := s.execReplicated(ctx, calls...)
+	for k, r := range res {
 		chunk := groups[k]
 		id := chunk[0].shard
 		reply, err := r.ToArray()
@@ -264,6 +267,17 @@ func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs [
 			res.State = job.State(str(items[n*4+1]))
 			res.NextRunAt = ms(i64(items[n*4+2]))
 			res.Conflict = !res.Created && str(items[n*4+3]) != e.dh
+		}
+		if err := replErrs[k]; err != nil {
+			err = fmt.Errorf("create jobs on shard %d: %w", id, err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			for _, e := range chunk {
+				if results[e.idx].Err == nil {
+					results[e.idx].Err = err
+				}
+			}
 		}
 	}
 	s.publish(ctx, msgs)
@@ -464,7 +478,8 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 	}
 	id := s.ShardOf(jobID)
 	args := append(s.jobArgs(id, jobID), strconv.Itoa(s.cfg.History), strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10))
-	reply, err := s.exec1(ctx, call{s.scripts.CancelJob, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args}).ToArray()
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.CancelJob, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args})
+	reply, err := r.ToArray()
 	if err != nil {
 		return "", false, fmt.Errorf("cancel job %q: %w", jobID, err)
 	}
@@ -476,6 +491,9 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 		msgs = append(msgs, [2]string{s.keys.CancelChannel(), strconv.Itoa(int(id)) + " " + m})
 	}
 	s.publish(ctx, msgs)
+	if replErr != nil {
+		return "", false, fmt.Errorf("cancel job %q: %w", jobID, replErr)
+	}
 	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
 }
 
@@ -486,12 +504,16 @@ func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, chang
 		return "", false, err
 	}
 	id := s.ShardOf(jobID)
-	reply, err := s.exec1(ctx, call{s.scripts.PauseJob, []string{s.keys.Buckets(id)}, s.jobArgs(id, jobID)}).ToArray()
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.PauseJob, []string{s.keys.Buckets(id)}, s.jobArgs(id, jobID)})
+	reply, err := r.ToArray()
 	if err != nil {
 		return "", false, fmt.Errorf("pause job %q: %w", jobID, err)
 	}
 	if code := i64(reply[0]); code < 0 {
 		return "", false, codeError(code)
+	}
+	if replErr != nil {
+		return "", false, fmt.Errorf("pause job %q: %w", jobID, replErr)
 	}
 	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
 }
@@ -521,7 +543,8 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 			}
 		}
 		args := append(s.jobArgs(id, jobID), cands)
-		reply, err := s.exec1(ctx, call{s.scripts.ResumeJob, []string{s.keys.Buckets(id)}, args}).ToArray()
+		r, replErr := s.exec1Replicated(ctx, call{s.scripts.ResumeJob, []string{s.keys.Buckets(id)}, args})
+		reply, err := r.ToArray()
 		if err != nil {
 			return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
 		}
@@ -540,6 +563,9 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
 		s.publish(ctx, msgs)
+		if replErr != nil {
+			return "", false, fmt.Errorf("resume job %q: %w", jobID, replErr)
+		}
 		return job.State(str(reply[1])), code == 1, nil
 	}
 }
@@ -552,7 +578,8 @@ func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err e
 		return "", err
 	}
 	id := s.ShardOf(jobID)
-	reply, err := s.exec1(ctx, call{s.scripts.TriggerJob, []string{s.keys.Buckets(id)}, s.jobArgs(id, jobID)}).ToArray()
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.TriggerJob, []string{s.keys.Buckets(id)}, s.jobArgs(id, jobID)})
+	reply, err := r.ToArray()
 	if err != nil {
 		return "", fmt.Errorf("trigger job %q: %w", jobID, err)
 	}
@@ -563,5 +590,8 @@ func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err e
 		return "", &StateError{Op: "trigger", JobID: jobID, State: str(reply[1])}
 	}
 	s.publish(ctx, s.readySignals(nil, id, []string{str(reply[3])}, 0))
+	if replErr != nil {
+		return "", fmt.Errorf("trigger job %q: %w", jobID, replErr)
+	}
 	return str(reply[2]), nil
 }

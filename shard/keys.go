@@ -69,8 +69,25 @@ func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 // history (field 'h'). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
 
+// Fence is the key, in the same Cluster slot as key (a key of this namespace), that a
+// write waiting for replicas sets right before its WAIT (see Durability): "1". A shard
+// key's fence is `<ns>:v1:{<tag>}:fence`; a global key K's is `K:fence{K}`, whose hash
+// tag is K itself. // STRING
+func (k *Keys) Fence(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i:], '}'); j > 1 {
+			return key[:i+j+1] + ":fence"
+		}
+	}
+	return key + ":fence{" + key + "}"
+}
+
 // PausedQueues holds the queues workers must not claim from. // SET
 func (k *Keys) PausedQueues() string { return k.global() + "paused" }
+
+// SnapshotClaim is held by the process whose turn it is to export the namespace's periodic
+// snapshot: its name, expiring after a period (see Store.ClaimSnapshotPeriod). // STRING
+func (k *Keys) SnapshotClaim() string { return k.global() + "snapshot" }
 
 // QueueChannel carries "pause <queue>" and "resume <queue>" when PausedQueues changes.
 func (k *Keys) QueueChannel() string { return k.global() + "queues" }

@@ -274,7 +274,8 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		}
 		args := append(s.jobArgs(id, jobID), oldDH, e.dh, kind, when, strconv.Itoa(len(del)), strconv.Itoa(len(setArgs)/2))
 		args = append(append(args, del...), setArgs...)
-		reply, err := s.exec1(ctx, call{s.scripts.UpdateJob, []string{s.keys.Buckets(id)}, args}).ToArray()
+		r, replErr := s.exec1Replicated(ctx, call{s.scripts.UpdateJob, []string{s.keys.Buckets(id)}, args})
+		reply, err := r.ToArray()
 		if err != nil {
 			return nil, fmt.Errorf("update job %q: %w", jobID, err)
 		}
@@ -301,6 +302,9 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
 		s.publish(ctx, msgs)
+		if replErr != nil {
+			return nil, fmt.Errorf("update job %q: %w", jobID, replErr)
+		}
 		return s.Get(ctx, jobID)
 	}
 }
@@ -445,7 +449,8 @@ func (s *Store) RequeueDead(ctx context.Context, member string) error {
 	if err != nil {
 		return err
 	}
-	reply, err := s.exec1(ctx, call{s.scripts.RequeueDead, []string{s.keys.Dead(id)}, []string{s.keys.Prefix(id), member}}).ToArray()
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.RequeueDead, []string{s.keys.Dead(id)}, []string{s.keys.Prefix(id), member}})
+	reply, err := r.ToArray()
 	if err != nil {
 		return fmt.Errorf("requeue dead run %q: %w", member, err)
 	}
@@ -457,6 +462,9 @@ func (s *Store) RequeueDead(ctx context.Context, member string) error {
 		return &StateError{Op: "requeue a dead run of", JobID: jobID, State: str(reply[1])}
 	}
 	s.publish(ctx, s.readySignals(nil, id, strs(reply[2]), 0))
+	if replErr != nil {
+		return fmt.Errorf("requeue dead run %q: %w", member, replErr)
+	}
 	return nil
 }
 
@@ -467,13 +475,17 @@ func (s *Store) DeleteDead(ctx context.Context, member string) error {
 	if err != nil {
 		return err
 	}
-	code, err := s.exec1(ctx, call{s.scripts.DeleteDead, []string{s.keys.Dead(id)},
-		[]string{s.keys.Prefix(id), member, strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}}).AsInt64()
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.DeleteDead, []string{s.keys.Dead(id)},
+		[]string{s.keys.Prefix(id), member, strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}})
+	code, err := r.AsInt64()
 	if err != nil {
 		return fmt.Errorf("delete dead run %q: %w", member, err)
 	}
 	if code < 0 {
 		return codeError(code)
+	}
+	if replErr != nil {
+		return fmt.Errorf("delete dead run %q: %w", member, replErr)
 	}
 	return nil
 }
@@ -620,11 +632,22 @@ func (s *Store) setQueuePaused(ctx context.Context, queue string, pause bool) (b
 	if pause {
 		cmd, verb = s.c.B().Sadd().Key(s.keys.PausedQueues()).Member(queue).Build(), "pause"
 	}
-	n, err := s.c.Do(ctx, cmd).AsInt64()
+	var r rueidis.RedisResult
+	var replErr error
+	if s.cfg.Durability.Replicas > 0 {
+		res, errs := s.doReplicated(ctx, rueidis.Commands{cmd}, []string{s.keys.Fence(s.keys.PausedQueues())})
+		r, replErr = res[0], errs[0]
+	} else {
+		r = s.c.Do(ctx, cmd)
+	}
+	n, err := r.AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("%s queue %q: %w", verb, queue, err)
 	}
 	s.publish(ctx, [][2]string{{s.keys.QueueChannel(), verb + " " + queue}})
+	if replErr != nil {
+		return false, fmt.Errorf("%s queue %q: %w", verb, queue, replErr)
+	}
 	return n == 1, nil
 }
 

@@ -32,7 +32,7 @@ type Config struct {
 	// MaxPayload bounds a job's payload in bytes. Default 1 MiB.
 	MaxPayload int
 	// Durability says what accepted writes wait for. Default: AOF and asynchronous
-	// replication only.
+	// replication only. With Replicas > 0, Timeout defaults to 1s.
 	Durability Durability
 	// Clock is the local clock. Default time.Now. Tock's firing never depends on it (the
 	// scripts use Redis TIME); it only seeds estimates of Redis's clock, corrected by a
@@ -62,6 +62,9 @@ func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.Durability.Replicas > 0 && c.Durability.Timeout == 0 {
+		c.Durability.Timeout = time.Second
+	}
 	return c
 }
 
@@ -80,6 +83,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("retention: must be at least 1s, got %s", c.Retention)
 	case c.MaxPayload < 0:
 		return fmt.Errorf("max payload: must not be negative, got %d", c.MaxPayload)
+	case c.Durability.Replicas < 0 || c.Durability.Replicas > MaxReplicas:
+		return fmt.Errorf("durability: replicas must be 0 to %d, got %d", MaxReplicas, c.Durability.Replicas)
+	case c.Durability.Replicas > 0 && c.Durability.Timeout < time.Millisecond:
+		return fmt.Errorf("durability: timeout must be at least 1ms, got %s", c.Durability.Timeout)
 	}
 	return nil
 }
@@ -242,7 +249,35 @@ type call struct {
 // did not know, and retries (bounded) those that met TRYAGAIN or CLUSTERDOWN during a
 // slot migration or failover: such a script did not run, so running it again is safe.
 func (s *Store) exec(ctx context.Context, calls ...call) []rueidis.RedisResult {
+	out, _ := s.execute(ctx, false, calls)
+	return out
+}
+
+// execReplicated is exec for the writes that Config.Durability covers: with Replicas > 0
+// each call is also confirmed by that many replicas (see doReplicated), and the second
+// result holds, per call, nil or a *ReplicationError (meaningful only when the call's
+// own result is not an error). With Replicas 0 it is exec.
+func (s *Store) execReplicated(ctx context.Context, calls ...call) ([]rueidis.RedisResult, []error) {
+	out, errs := s.execute(ctx, s.cfg.Durability.Replicas > 0, calls)
+	if errs == nil {
+		errs = make([]error, len(calls))
+	}
+	return out, errs
+}
+
+// exec1Replicated runs one call with execReplicated.
+func (s *Store) exec1Replicated(ctx context.Context, c call) (rueidis.RedisResult, error) {
+	res, errs := s.execReplicated(ctx, c)
+	return res[0], errs[0]
+}
+
+// execute is exec, and execReplicated when replicated (the errors are nil otherwise).
+func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]rueidis.RedisResult, []error) {
 	out := make([]rueidis.RedisResult, len(calls))
+	var replErrs []error
+	if replicated {
+		replErrs = make([]error, len(calls))
+	}
 	pending := make([]int, len(calls))
 	for i := range calls {
 		pending[i] = i
@@ -258,7 +293,20 @@ func (s *Store) exec(ctx context.Context, calls ...call) []rueidis.RedisResult {
 				cmds[k] = s.c.B().Evalsha().Sha1(c.script.SHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 			}
 		}
-		res := s.c.DoMulti(ctx, cmds...)
+		var res []rueidis.RedisResult
+		if replicated {
+			fences := make([]string, len(pending))
+			for k, i := range pending {
+				fences[k] = s.keys.Fence(calls[i].keys[0])
+			}
+			var errs []error
+			res, errs = s.doReplicated(ctx, cmds, fences)
+			for k, i := range pending {
+				replErrs[i] = errs[k]
+			}
+		} else {
+			res = s.c.DoMulti(ctx, cmds...)
+		}
 		var again []int
 		for k, i := range pending {
 			out[i] = res[k]
@@ -279,12 +327,12 @@ func (s *Store) exec(ctx context.Context, calls ...call) []rueidis.RedisResult {
 				for _, i := range pending {
 					out[i] = rueidis.NewErrorResult(ctx.Err())
 				}
-				return out
+				return out, replErrs
 			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 			}
 		}
 	}
-	return out
+	return out, replErrs
 }
 
 // exec1 runs one call.
