@@ -222,6 +222,9 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 			i := idx[k]
 			switch {
 			case r.Err != nil:
+				if errors.Is(r.Err, shard.ErrNotReplicated) {
+					answered++ // made on the primary: the reply says which jobs (ids generated too)
+				}
 				e := s.storeAPIError(ctx, jobWhat(jobs[k].ID), r.Err)
 				reply.Results[i] = BatchResult{Status: e.status, Error: e.wire()}
 				reply.Failed++

@@ -335,15 +335,28 @@ func (s *Server) rctx(ctx *fasthttp.RequestCtx) (context.Context, context.Cancel
 }
 
 // storeError answers a store error: not found 404, a job state that does not allow the
-// operation 409, an invalid argument 400, a Redis timeout 503, anything else 500 (logged,
-// with a generic message).
+// operation 409, an invalid argument 400, a change the replicas did not confirm 503
+// not_replicated, a Redis timeout 503, anything else 500 (logged, with a generic message).
 func (s *Server) storeError(ctx *fasthttp.RequestCtx, what string, err error) {
 	writeError(ctx, s.storeAPIError(ctx, what, err))
+}
+
+// notReplicated is the message of a not_replicated error about what (such as `job "x"`,
+// which names a generated id too).
+func notReplicated(what string, re *shard.ReplicationError) string {
+	confirmed := "it could not be confirmed by replicas"
+	if re.Err == nil {
+		confirmed = "only " + strconv.Itoa(re.Got) + " of the " + strconv.Itoa(re.Want) +
+			" replicas asked for confirmed it within " + re.Timeout.String()
+	}
+	return what + ": the change was made on the Redis primary, but " + confirmed +
+		"; it may be lost if the primary fails now. Retrying is safe (a create with the same job id)"
 }
 
 func (s *Server) storeAPIError(ctx context.Context, what string, err error) *apiError {
 	var se *shard.StateError
 	var fe *job.FieldError
+	var re *shard.ReplicationError
 	switch {
 	case errors.Is(err, shard.ErrNotFound):
 		return &apiError{status: 404, code: CodeNotFound, msg: what + " not found"}
@@ -351,6 +364,9 @@ func (s *Server) storeAPIError(ctx context.Context, what string, err error) *api
 		return &apiError{status: 409, code: CodeState, msg: se.Error()}
 	case errors.As(err, &fe):
 		return invalid(fe.Field, fe.Msg)
+	case errors.As(err, &re):
+		s.logError(ctx, "change not confirmed by replicas", err, "what", what)
+		return &apiError{status: 503, code: CodeNotReplicated, msg: notReplicated(what, re)}
 	case errors.Is(err, context.DeadlineExceeded):
 		s.logError(ctx, "redis call timed out", err, "what", what)
 		return &apiError{status: 503, code: CodeUnavailable, msg: "redis did not answer in time"}

@@ -196,4 +196,7 @@ const (
 	CodeOverloaded      = "resource_exhausted"  // 429
 	CodeInternal        = "internal"            // 500
 	CodeUnavailable     = "unavailable"         // 503
+	// CodeNotReplicated: the change was made on the Redis primary, but fewer replicas than
+	// --durability replicas:N asks for confirmed it in time; retrying is safe.
+	CodeNotReplicated = "not_replicated" // 503
 )
