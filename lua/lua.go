@@ -92,6 +92,8 @@ type Scripts struct {
 	UpdateJob       *Script
 	RequeueDead     *Script
 	DeleteDead      *Script
+	ReadJobs        *Script
+	RestoreJobs     *Script
 }
 
 // Load builds every script. It fails only if an embedded script is malformed.
@@ -114,6 +116,8 @@ func Load() (*Scripts, error) {
 		"update_job":       &s.UpdateJob,
 		"requeue_dead":     &s.RequeueDead,
 		"delete_dead":      &s.DeleteDead,
+		"read_jobs":        &s.ReadJobs,
+		"restore_jobs":     &s.RestoreJobs,
 	} {
 		src, err := Source(name)
 		if err != nil {

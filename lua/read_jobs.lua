@@ -1,0 +1,30 @@
+-- read_jobs: read whole jobs of one shard for a snapshot: each job's hash and expiry time,
+-- all in one atomic step, so every job read is self-consistent. A job's runs need no
+-- reading of their own: where each run is filed (due bucket, ready set, inflight set,
+-- dead-letter set) follows from the job's hash, which the other scripts keep in step with
+-- those sets (restore_jobs rebuilds them from it).
+--
+-- KEYS[1] buckets  ZSET    index of non-empty due buckets; only routes the call to the
+--                          shard's slot (not read)
+-- ARGV[1] prefix   string  shard key prefix `<ns>:v1:{<tag>}:`
+-- ARGV[2] id       string  a job id; more ids may follow (ARGV[3], ...)
+--
+-- Derived keys: P..'job:'..id
+--
+-- Returns: per job that exists, 3 entries: id, expiry time (ms since the epoch, -1 none),
+--          fields (HGETALL: field, value, ...). Jobs gone since their ids were listed are
+--          left out.
+local P = ARGV[1]
+
+local out = {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local jobKey = P .. 'job:' .. id
+  local fields = redis.call('HGETALL', jobKey)
+  if #fields > 0 then
+    out[#out + 1] = id
+    out[#out + 1] = redis.call('PEXPIRETIME', jobKey)
+    out[#out + 1] = fields
+  end
+end
+return out

@@ -1,0 +1,287 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// What the snapshot package needs from a namespace: its job ids shard by shard, whole jobs
+// read atomically, jobs written back with their runs filed again, and the marks of a
+// restore under way and of the periodic export's period.
+
+// JobRecord is one job as a snapshot holds it: the fields of its hash, which hold its
+// definition, its state, its runs and its history (see Keys.Job and lua/include/common.lua),
+// and its expiry time.
+type JobRecord struct {
+	ID string
+	// Fields are the hash's field/value pairs, as stored.
+	Fields []string
+	// ExpireAt is when the job expires, in ms since the epoch on the Redis clock; 0 never.
+	// Finished one-time jobs expire (Config.Retention).
+	ExpireAt int64
+}
+
+// Snapshot batches.
+const (
+	// readBatch bounds the jobs one read_jobs call reads.
+	readBatch = 200
+	// restoreBatch and restoreBatchBytes bound the jobs one restore_jobs call writes.
+	restoreBatch      = 200
+	restoreBatchBytes = 1 << 20
+	// snapshotScanCount is the COUNT of the SCANs that list a shard's jobs. A SCAN for one
+	// shard's keys visits the keys of every shard on the node, so it is larger than
+	// List's: it returns about 1/(shards on the node) of what it visits.
+	snapshotScanCount = 2000
+)
+
+// ErrNotEmpty is returned by BeginRestore when the namespace holds jobs.
+var ErrNotEmpty = errors.New("namespace holds jobs")
+
+// ScanJobs calls fn with the ids of the jobs of shard id, a SCAN batch at a time (fn is
+// called from the caller's goroutine; its error stops the scan and is returned). It visits
+// the primary serving the shard's slot (every primary when the Cluster's slot map does
+// not name it). A job that exists throughout the scan is listed at least once: rarely
+// twice, when Redis resized its table meanwhile. One created or removed meanwhile may or
+// may not be.
+func (s *Store) ScanJobs(ctx context.Context, id ID, fn func(jobIDs []string) error) error {
+	addrs, nodes, err := s.nodesOf(ctx, id)
+	if err != nil {
+		return fmt.Errorf("scan jobs of shard %d: %w", id, err)
+	}
+	prefix := s.keys.Job(id, "")
+	for _, addr := range addrs {
+		n := nodes[addr]
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(prefix+"*").Count(snapshotScanCount).Build()).AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("scan jobs of shard %d on %s: %w", id, addr, err)
+			}
+			if len(e.Elements) > 0 {
+				ids := make([]string, len(e.Elements))
+				for i, k := range e.Elements {
+					ids[i] = strings.TrimPrefix(k, prefix)
+				}
+				if err := fn(ids); err != nil {
+					return err
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// nodesOf returns the primaries a SCAN for shard id's keys must visit, and the clients of
+// all nodes: the one primary of a single server; in a Cluster, the primary that CLUSTER
+// SLOTS names for the shard's slot, or every primary when it names none of them.
+func (s *Store) nodesOf(ctx context.Context, id ID) ([]string, map[string]rueidis.Client, error) {
+	addrs, nodes, err := Primaries(ctx, s.c)
+	if err != nil || len(addrs) == 1 {
+		return addrs, nodes, err
+	}
+	slot := int64(Slot(s.keys.Prefix(id)))
+	n := nodes[addrs[0]]
+	ranges, err := n.Do(ctx, n.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster slots: %w", err)
+	}
+	// Each range: start, end, then the primary as [host, port, ...], then its replicas.
+	for _, r := range ranges {
+		f := arr(r)
+		if len(f) < 3 || slot < i64(f[0]) || slot > i64(f[1]) {
+			continue
+		}
+		if p := arr(f[2]); len(p) >= 2 {
+			addr := str(p[0]) + ":" + strconv.FormatInt(i64(p[1]), 10)
+			for _, a := range addrs {
+				if a == addr {
+					return []string{a}, nodes, nil
+				}
+			}
+		}
+	}
+	return addrs, nodes, nil
+}
+
+// ReadJobs reads whole jobs of shard id: each job with its hash and expiry in one atomic
+// step (read_jobs), so each record is self-consistent; different jobs may be read at
+// slightly different times. Jobs that do not exist are left out. The calls of one
+// ReadJobs go in one pipeline.
+func (s *Store) ReadJobs(ctx context.Context, id ID, jobIDs []string) ([]JobRecord, error) {
+	var calls []call
+	for len(jobIDs) > 0 {
+		n := min(len(jobIDs), readBatch)
+		args := append([]string{s.keys.Prefix(id)}, jobIDs[:n]...)
+		calls = append(calls, call{s.scripts.ReadJobs, []string{s.keys.Buckets(id)}, args})
+		jobIDs = jobIDs[n:]
+	}
+	var out []JobRecord
+	for _, r := range s.exec(ctx, calls...) {
+		reply, err := r.ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("read jobs of shard %d: %w", id, err)
+		}
+		if len(reply)%3 != 0 {
+			return nil, fmt.Errorf("read jobs of shard %d: reply of %d entries, want 3 per job", id, len(reply))
+		}
+		for k := 0; k < len(reply); k += 3 {
+			rec := JobRecord{ID: str(reply[k]), Fields: strs(reply[k+2])}
+			if exp := i64(reply[k+1]); exp > 0 {
+				rec.ExpireAt = exp
+			}
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// RestoreCounts are what RestoreJobs did with the jobs it was given.
+type RestoreCounts struct {
+	Restored int // written, their runs filed again
+	Existed  int // left alone: a job with the id exists (a restore run again)
+	Expired  int // skipped: their expiry time has passed
+}
+
+// RestoreJobs writes jobs read by ReadJobs into shard id and files their runs again from
+// their hashes (restore_jobs): in-flight runs become ready again without using an attempt,
+// as after a worker's hand-back, so they run at least once more; runs in flight when their
+// job was cancelled are dropped; every other run goes back where its state says. A job
+// whose id exists is left as it is, so running a restore again adds nothing; a job whose
+// expiry time has passed is skipped. The calls go in one pipeline; dispatchers and workers
+// are signalled as after a create. On error, the counts cover the calls that succeeded.
+func (s *Store) RestoreJobs(ctx context.Context, id ID, recs []JobRecord) (RestoreCounts, error) {
+	var calls []call
+	for len(recs) > 0 {
+		args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), ""}
+		n, size := 0, 0
+		for ; n < len(recs) && n < restoreBatch && (n == 0 || size < restoreBatchBytes); n++ {
+			r := recs[n]
+			args = append(args, r.ID, strconv.FormatInt(r.ExpireAt, 10), strconv.Itoa(len(r.Fields)/2))
+			args = append(args, r.Fields...)
+			for _, f := range r.Fields {
+				size += len(f)
+			}
+		}
+		args[2] = strconv.Itoa(n)
+		calls = append(calls, call{s.scripts.RestoreJobs, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args})
+		recs = recs[n:]
+	}
+	var counts RestoreCounts
+	var firstErr error
+	var msgs [][2]string
+	for _, r := range s.exec(ctx, calls...) {
+		reply, err := r.ToArray()
+		if err == nil && len(reply) != 5 {
+			err = fmt.Errorf("restore_jobs: reply of %d entries, want 5", len(reply))
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("restore jobs into shard %d: %w", id, err)
+			}
+			continue
+		}
+		counts.Restored += int(i64(reply[0]))
+		counts.Existed += int(i64(reply[1]))
+		counts.Expired += int(i64(reply[2]))
+		if wake := i64(reply[3]); wake > 0 {
+			msgs = append(msgs, s.wakeSignal(id, wake))
+		}
+		msgs = s.readySignals(msgs, id, strs(reply[4]), 0)
+	}
+	s.publish(ctx, msgs)
+	return counts, firstErr
+}
+
+// Empty reports whether the namespace holds no job, scanning every primary until it meets
+// one.
+func (s *Store) Empty(ctx context.Context) (bool, error) {
+	addrs, nodes, err := Primaries(ctx, s.c)
+	if err != nil {
+		return false, fmt.Errorf("check the namespace is empty: %w", err)
+	}
+	match := s.keys.global() + "{*}:job:*"
+	for _, addr := range addrs {
+		n := nodes[addr]
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(snapshotScanCount).Build()).AsScanEntry()
+			if err != nil {
+				return false, fmt.Errorf("check the namespace is empty: scan %s: %w", addr, err)
+			}
+			if len(e.Elements) > 0 {
+				return false, nil
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return true, nil
+}
+
+// restoreField is the field of the namespace record (Keys.Meta) naming the snapshot being
+// restored, from BeginRestore to EndRestore.
+const restoreField = "restore"
+
+// BeginRestore readies the namespace for a restore of snapshot (a name the caller
+// chooses): the namespace must hold no job (ErrNotEmpty otherwise), unless a restore of
+// the same snapshot began before and did not end (it was interrupted: resumed is then
+// true, and restoring again completes it, RestoreJobs leaving alone the jobs written
+// already). The namespace records the snapshot until EndRestore.
+func (s *Store) BeginRestore(ctx context.Context, snapshot string) (resumed bool, err error) {
+	meta := s.keys.Meta()
+	cur, err := s.c.Do(ctx, s.c.B().Hget().Key(meta).Field(restoreField).Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return false, fmt.Errorf("begin restore: %w", err)
+	}
+	if cur == snapshot {
+		return true, nil
+	}
+	empty, err := s.Empty(ctx)
+	if err != nil {
+		return false, fmt.Errorf("begin restore: %w", err)
+	}
+	if !empty {
+		if cur != "" {
+			return false, fmt.Errorf("namespace %q: %w: a restore of snapshot %s began and did not end", s.cfg.Namespace, ErrNotEmpty, cur)
+		}
+		return false, fmt.Errorf("namespace %q: %w", s.cfg.Namespace, ErrNotEmpty)
+	}
+	if err := s.c.Do(ctx, s.c.B().Hset().Key(meta).FieldValue().FieldValue(restoreField, snapshot).Build()).Error(); err != nil {
+		return false, fmt.Errorf("begin restore: %w", err)
+	}
+	return false, nil
+}
+
+// EndRestore records that the restore begun by BeginRestore is complete.
+func (s *Store) EndRestore(ctx context.Context) error {
+	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.keys.Meta()).Field(restoreField).Build()).Error(); err != nil {
+		return fmt.Errorf("end restore: %w", err)
+	}
+	return nil
+}
+
+// ClaimSnapshotPeriod claims the current period of the periodic export for owner: true
+// when no other process claimed a period in the last period (then owner exports, and the
+// others skip until the claim expires). It keeps several servers exporting the same
+// namespace from each writing a snapshot every period.
+func (s *Store) ClaimSnapshotPeriod(ctx context.Context, owner string, period time.Duration) (bool, error) {
+	err := s.c.Do(ctx, s.c.B().Set().Key(s.keys.SnapshotClaim()).Value(owner).Nx().
+		Px(period).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim the snapshot period: %w", err)
+	}
+	return true, nil
+}

@@ -1,0 +1,196 @@
+package snapshot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"gocloud.dev/blob"
+
+	"github.com/tockhq/tock/shard"
+)
+
+// ExportOptions tunes Export. The zero value is usable.
+type ExportOptions struct {
+	// Parallel is how many shards are exported at once, each with one file being
+	// written. Default 4.
+	Parallel int
+}
+
+// Export writes a snapshot of the store's namespace to b and returns its manifest: one
+// gzip-compressed file of JSON lines per shard, one line per job, then the manifest. It
+// does not block Redis: it lists each shard's jobs with SCAN and reads them a few hundred
+// at a time, each job in one atomic step. The snapshot is therefore consistent per job,
+// not across jobs: jobs are read over the time the export takes (between the manifest's
+// Started and Finished), so a job created meanwhile may be missing, and one removed
+// meanwhile may be present.
+//
+// When Export fails it deletes what it wrote (best effort); a snapshot without a
+// manifest is incomplete in any case, and Restore refuses it.
+func Export(ctx context.Context, st *shard.Store, b *blob.Bucket, opts ExportOptions) (*Manifest, error) {
+	if opts.Parallel == 0 {
+		opts.Parallel = 4
+	}
+	if opts.Parallel < 1 {
+		return nil, fmt.Errorf("export snapshot: parallel must be at least 1, got %d", opts.Parallel)
+	}
+	cfg := st.Config()
+	started, err := st.ServerNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("export snapshot: %w", err)
+	}
+	m := &Manifest{
+		Format: FormatVersion, Schema: shard.SchemaVersion, ID: newID(cfg.Namespace, started),
+		Namespace: cfg.Namespace, Started: started.UTC().Truncate(time.Millisecond),
+		Shards: cfg.Shards, BucketMs: cfg.BucketSize.Milliseconds(),
+		PausedQueues: []string{}, Files: make([]File, cfg.Shards),
+	}
+	if _, err := b.List(&blob.ListOptions{Prefix: m.ID + "/"}).Next(ctx); err != io.EOF {
+		if err == nil {
+			err = errors.New("it exists already")
+		}
+		return nil, fmt.Errorf("export snapshot %s: %w", m.ID, err)
+	}
+	paused, err := st.PausedQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("export snapshot %s: %w", m.ID, err)
+	}
+	for q := range paused {
+		m.PausedQueues = append(m.PausedQueues, q)
+	}
+	sort.Strings(m.PausedQueues)
+
+	if err := exportShards(ctx, st, b, m, opts.Parallel); err != nil {
+		// Best effort, also when ctx ended: what was written is of no use.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := Delete(cctx, b, m.ID); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, fmt.Errorf("export snapshot %s: %w", m.ID, err)
+	}
+	for _, f := range m.Files {
+		m.Jobs += f.Jobs
+		m.Bytes += f.Bytes
+	}
+	finished, err := st.ServerNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("export snapshot %s: %w", m.ID, err)
+	}
+	m.Finished = finished.UTC().Truncate(time.Millisecond)
+	raw, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("export snapshot %s: %w", m.ID, err)
+	}
+	if err := b.WriteAll(ctx, m.ID+"/"+manifestName, append(raw, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+		return nil, fmt.Errorf("export snapshot %s: write %s: %w", m.ID, manifestName, err)
+	}
+	return m, nil
+}
+
+// exportShards writes the file of every shard, parallel at once, filling m.Files; the
+// first error stops the others.
+func exportShards(ctx context.Context, st *shard.Store, b *blob.Bucket, m *Manifest, parallel int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		work     = make(chan int)
+	)
+	for range min(parallel, m.Shards) {
+		wg.Go(func() {
+			for id := range work {
+				f, err := exportShard(ctx, st, b, m.ID, shard.ID(id))
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					cancel()
+					continue
+				}
+				m.Files[id] = f // each goroutine writes its own entries
+			}
+		})
+	}
+feed:
+	for id := range m.Shards {
+		select {
+		case work <- id:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// exportShard writes the file of shard id into snapshot snapID.
+func exportShard(ctx context.Context, st *shard.Store, b *blob.Bucket, snapID string, id shard.ID) (File, error) {
+	f := File{Shard: int(id), Name: fileName(int(id))}
+	// Cancelling the writer's context before Close aborts the write: nothing is stored.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := b.NewWriter(wctx, snapID+"/"+f.Name, &blob.WriterOptions{ContentType: "application/gzip"})
+	if err != nil {
+		return File{}, fmt.Errorf("write %s: %w", f.Name, err)
+	}
+	sum := sha256.New()
+	counted := &countWriter{w: io.MultiWriter(w, sum)}
+	gz := gzip.NewWriter(counted)
+	enc := json.NewEncoder(gz)
+	enc.SetEscapeHTML(false)
+	err = st.ScanJobs(ctx, id, func(ids []string) error {
+		jobs, err := st.ReadJobs(ctx, id, ids)
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			if err := enc.Encode(newRecord(j)); err != nil {
+				return fmt.Errorf("encode job %q: %w", j.ID, err)
+			}
+		}
+		f.Jobs += int64(len(jobs))
+		return nil
+	})
+	if err == nil {
+		err = gz.Close()
+	}
+	if err != nil {
+		cancel()
+		_ = w.Close() // reports the cancellation
+		return File{}, fmt.Errorf("write %s: %w", f.Name, err)
+	}
+	if err := w.Close(); err != nil {
+		return File{}, fmt.Errorf("write %s: %w", f.Name, err)
+	}
+	f.Bytes, f.SHA256 = counted.n, hex.EncodeToString(sum.Sum(nil))
+	return f, nil
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,262 @@
+package snapshot
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/klauspost/compress/gzip"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/tockhq/tock/shard"
+)
+
+// Verify reads snapshot id whole and checks it: its manifest, and for every shard file
+// its size, its SHA-256, its compression, every record, which shard each record belongs
+// to and the record count. It returns the manifest, or the first problem found: a
+// *CorruptError naming the file and what is wrong with it, ErrIncomplete, ErrNotFound.
+func Verify(ctx context.Context, b *blob.Bucket, id string) (*Manifest, error) {
+	m, err := ReadManifest(ctx, b, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range m.Files {
+		if err := readFile(ctx, b, m, f, func(context.Context, shard.JobRecord) error { return nil }); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// RestoreResult is what Restore did.
+type RestoreResult struct {
+	Manifest *Manifest
+	// Resumed is set when an interrupted restore of the same snapshot was completed.
+	Resumed bool
+	shard.RestoreCounts
+}
+
+// Restore rebuilds the store's namespace from snapshot id. It first verifies the whole
+// snapshot (see Verify) and writes nothing when it is incomplete or damaged; then it
+// refuses a namespace that holds jobs (shard.ErrNotEmpty), unless it is completing an
+// interrupted restore of the same snapshot: run again after a failure, Restore continues
+// where it stopped (jobs restored already are left alone, so no run is filed twice).
+//
+// Jobs go back with their state, runs and history: runs in flight at the snapshot become
+// ready again without using an attempt (they run at least once more); runs in flight of a
+// cancelled job are dropped; every other run is filed where its state says (see
+// lua/restore_jobs.lua). Finished jobs whose retention ended meanwhile are skipped. The
+// paused queues are paused. The store may have another shard count or bucket width than
+// the snapshot's: each job goes to the shard its id maps to. Queue counts are rebuilt
+// from what is restored; the count of runs fired starts again from the runs restored
+// ready.
+//
+// Dispatchers and workers may already run on the namespace: restored runs are signalled
+// to them as they are written. The files are read twice (verified, then restored), and
+// a file that changed between the two readings stops the restore with a *CorruptError.
+func Restore(ctx context.Context, st *shard.Store, b *blob.Bucket, id string) (*RestoreResult, error) {
+	m, err := Verify(ctx, b, id)
+	if err != nil {
+		return nil, err
+	}
+	res := &RestoreResult{Manifest: m}
+	if res.Resumed, err = st.BeginRestore(ctx, m.ID); err != nil {
+		return nil, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+	}
+	w := &restoreWriter{st: st, pending: map[shard.ID][]shard.JobRecord{}}
+	for _, f := range m.Files {
+		if err := readFile(ctx, b, m, f, w.add); err != nil {
+			return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+		}
+	}
+	err = w.flushAll(ctx)
+	res.RestoreCounts = w.counts
+	if err != nil {
+		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+	}
+	for _, q := range m.PausedQueues {
+		if _, err := st.PauseQueue(ctx, q); err != nil {
+			return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+		}
+	}
+	if err := st.EndRestore(ctx); err != nil {
+		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+	}
+	return res, nil
+}
+
+// Restore batches: a shard's jobs are written once this many are pending, and every
+// shard's once the pending jobs hold this many bytes.
+const (
+	restoreFlushJobs  = 1000
+	restoreFlushBytes = 32 << 20
+)
+
+// restoreWriter batches restored jobs per target shard.
+type restoreWriter struct {
+	st      *shard.Store
+	pending map[shard.ID][]shard.JobRecord
+	bytes   int
+	counts  shard.RestoreCounts
+}
+
+// add queues one job, writing batches as they fill.
+func (w *restoreWriter) add(ctx context.Context, j shard.JobRecord) error {
+	id := w.st.ShardOf(j.ID)
+	w.pending[id] = append(w.pending[id], j)
+	for _, f := range j.Fields {
+		w.bytes += len(f)
+	}
+	if len(w.pending[id]) >= restoreFlushJobs {
+		return w.flush(ctx, id)
+	}
+	if w.bytes >= restoreFlushBytes {
+		return w.flushAll(ctx)
+	}
+	return nil
+}
+
+func (w *restoreWriter) flush(ctx context.Context, id shard.ID) error {
+	jobs := w.pending[id]
+	delete(w.pending, id)
+	for _, j := range jobs {
+		for _, f := range j.Fields {
+			w.bytes -= len(f)
+		}
+	}
+	c, err := w.st.RestoreJobs(ctx, id, jobs)
+	w.counts.Restored += c.Restored
+	w.counts.Existed += c.Existed
+	w.counts.Expired += c.Expired
+	return err
+}
+
+func (w *restoreWriter) flushAll(ctx context.Context) error {
+	for id := range w.pending {
+		if err := w.flush(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readFile reads shard file f of snapshot m and calls fn with each job, checking the file
+// as it goes (see Verify). fn may be called before a problem further on is found.
+func readFile(ctx context.Context, b *blob.Bucket, m *Manifest, f File, fn func(context.Context, shard.JobRecord) error) error {
+	corrupt := func(format string, args ...any) error {
+		return &CorruptError{ID: m.ID, File: f.Name, Msg: fmt.Sprintf(format, args...)}
+	}
+	key := m.ID + "/" + f.Name
+	attrs, err := b.Attributes(ctx, key)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return corrupt("missing")
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s: read %s: %w", m.ID, f.Name, err)
+	}
+	if attrs.Size != f.Bytes {
+		return corrupt("%d bytes, the manifest says %d (truncated or replaced)", attrs.Size, f.Bytes)
+	}
+	r, err := b.NewReader(ctx, key, nil)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: read %s: %w", m.ID, f.Name, err)
+	}
+	defer r.Close()
+	src := &hashReader{r: r, h: sha256.New()}
+	// checksum reads what is left of the file and checks its size and SHA-256.
+	checksum := func() error {
+		if _, err := io.Copy(io.Discard, src); err != nil {
+			return fmt.Errorf("snapshot %s: read %s: %w", m.ID, f.Name, err)
+		}
+		if src.n != f.Bytes {
+			return corrupt("%d bytes read, the manifest says %d (truncated or replaced)", src.n, f.Bytes)
+		}
+		if got := hex.EncodeToString(src.h.Sum(nil)); got != f.SHA256 {
+			return corrupt("SHA-256 %s, the manifest says %s (damaged or replaced)", got, f.SHA256)
+		}
+		return nil
+	}
+	var n int64
+	var fnErr error
+	err = decode(bufio.NewReaderSize(src, 64<<10), func(r record) error {
+		j, err := r.job()
+		if err != nil {
+			return corrupt("record %d: %v", n+1, err)
+		}
+		if sh := shard.Of(j.ID, m.Shards); int(sh) != f.Shard {
+			return corrupt("record %d: job %q belongs to shard %d", n+1, j.ID, sh)
+		}
+		if n++; n > f.Jobs {
+			return corrupt("more than the %d records the manifest says", f.Jobs)
+		}
+		fnErr = fn(ctx, j)
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("snapshot %s: read %s: %w", m.ID, f.Name, ctx.Err())
+	case err != nil:
+		// A damaged file is the likelier cause, and its checksum tells.
+		if cerr := checksum(); cerr != nil {
+			return fmt.Errorf("%w; reading it failed after %d records: %v", cerr, n, err)
+		}
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			return err
+		}
+		return corrupt("after %d records: %v", n, err)
+	}
+	if err := checksum(); err != nil {
+		return err
+	}
+	if n != f.Jobs {
+		return corrupt("%d records, the manifest says %d", n, f.Jobs)
+	}
+	return nil
+}
+
+// decode decompresses a shard file and calls fn with each record, stopping at fn's first
+// error. A decompression or JSON error is returned wrapped; fn's errors as they are.
+func decode(r io.Reader, fn func(record) error) error {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("decompress: %w", err)
+	}
+	dec := json.NewDecoder(zr)
+	for {
+		var rec record
+		err := dec.Decode(&rec)
+		if err == io.EOF {
+			return zr.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+}
+
+// hashReader hashes and counts what is read through it.
+type hashReader struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func (h *hashReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	h.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,135 @@
+package snapshot_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/snapshot"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// open opens a store on a fresh namespace of b through rc.
+func open(t *testing.T, b redistest.Backend, rc rueidis.Client, cfg shard.Config) *shard.Store {
+	t.Helper()
+	cfg.Namespace = redistest.Namespace(t, b)
+	if cfg.Shards == 0 {
+		cfg.Shards = 4
+	}
+	st, err := shard.Open(context.Background(), rc, cfg)
+	require.NoError(t, err)
+	return st
+}
+
+// dirBucket opens a bucket on a fresh local directory, and returns the directory too.
+func dirBucket(t *testing.T) (*blob.Bucket, string) {
+	t.Helper()
+	dir := t.TempDir()
+	bk, err := snapshot.OpenBucket(context.Background(), dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bk.Close() })
+	return bk, dir
+}
+
+// wipe deletes every key of the store's namespace.
+func wipe(t *testing.T, st *shard.Store) {
+	t.Helper()
+	ctx := context.Background()
+	rc := st.Client()
+	addrs, nodes, err := shard.Primaries(ctx, rc)
+	require.NoError(t, err)
+	for _, addr := range addrs {
+		n := nodes[addr]
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(st.Config().Namespace+":*").Count(1000).Build()).AsScanEntry()
+			require.NoError(t, err)
+			for _, k := range e.Elements {
+				require.NoError(t, rc.Do(ctx, rc.B().Unlink().Key(k).Build()).Error())
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	empty, err := st.Empty(ctx)
+	require.NoError(t, err)
+	require.True(t, empty)
+}
+
+// checkCounts checks the queue counts the scripts keep against the runs in the due,
+// in-flight and dead-letter sets (as the end-to-end tests do).
+func checkCounts(t *testing.T, s *shard.Store) {
+	t.Helper()
+	ctx := context.Background()
+	rc, k := s.Client(), s.Keys()
+	want := map[string]*[3]int64{}
+	count := func(id shard.ID, members []string, i int) {
+		for _, m := range members {
+			jobID, _, ok := shard.SplitMember(m)
+			require.True(t, ok, m)
+			q, err := rc.Do(ctx, rc.B().Hget().Key(k.Job(id, jobID)).Field("q").Build()).ToString()
+			if rueidis.IsRedisNil(err) {
+				q, err = job.DefaultQueue, nil
+			}
+			require.NoError(t, err)
+			if want[q] == nil {
+				want[q] = &[3]int64{}
+			}
+			want[q][i]++
+		}
+	}
+	zrange := func(key string) []string {
+		m, err := rc.Do(ctx, rc.B().Zrange().Key(key).Min("0").Max("-1").Build()).AsStrSlice()
+		require.NoError(t, err)
+		return m
+	}
+	for i := 0; i < s.Shards(); i++ {
+		id := shard.ID(i)
+		for _, b := range zrange(k.Buckets(id)) {
+			n, _ := strconv.ParseInt(b, 10, 64)
+			count(id, zrange(k.Due(id, n)), 0)
+		}
+		count(id, zrange(k.Inflight(id)), 1)
+		count(id, zrange(k.Dead(id)), 2)
+	}
+	got, err := s.Queues(ctx)
+	require.NoError(t, err)
+	for _, g := range got {
+		w := want[g.Queue]
+		if w == nil {
+			w = &[3]int64{}
+		}
+		require.Equal(t, *w, [3]int64{g.Scheduled, g.InFlight, g.Dead},
+			"queue %q: scheduled, in flight and dead as counted vs as kept", g.Queue)
+		delete(want, g.Queue)
+	}
+	require.Empty(t, want, "queues with runs but no counts")
+}
+
+// queueFigures returns the figures of every queue by name.
+func queueFigures(t *testing.T, st *shard.Store) map[string]shard.QueueStats {
+	t.Helper()
+	qs, err := st.Queues(context.Background())
+	require.NoError(t, err)
+	out := map[string]shard.QueueStats{}
+	for _, q := range qs {
+		out[q.Queue] = q
+	}
+	return out
+}
