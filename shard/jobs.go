@@ -198,7 +198,7 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job) ([]CreateResult, er
 			}
 		}
 	}
-	if len(retry) > 0 && firstErr == nil {
+	if len(retry) > 0 && (firstErr == nil || errors.Is(firstErr, ErrNotReplicated)) {
 		if err := s.measureClock(ctx); err != nil {
 			return results, err
 		}
@@ -209,7 +209,9 @@ func (s *Store) Create(ctx context.Context, jobs []*job.Job) ([]CreateResult, er
 				results[e.idx].Err = nil
 			}
 		}
-		firstErr = s.create(ctx, retry, jobs, results)
+		if err := s.create(ctx, retry, jobs, results); firstErr == nil {
+			firstErr = err
+		}
 	}
 	return results, firstErr
 }
