@@ -11,9 +11,9 @@ import (
 )
 
 // ReplicaSet is a standalone primary with replicas of its own (not shared with other
-// tests), for tests of replication: WAIT, replicas that stop confirming.
+// tests), for tests of replication: WAIT, replicas that stop confirming (Freeze).
 type ReplicaSet struct {
-	// Primary is the primary's address; Backend and Client connect to it.
+	// Primary is the primary's address; Backend connects to it.
 	Primary string
 	// Replicas are the replicas' addresses, in the order the methods number them.
 	Replicas []string
@@ -85,25 +85,6 @@ func (rs *ReplicaSet) Backend() Backend {
 // Replica is replica i as a standalone backend, to read what it holds.
 func (rs *ReplicaSet) Replica(i int) Backend {
 	return Backend{Name: Server, Addrs: []string{rs.Replicas[i]}}
-}
-
-// Detach makes replica i stop replicating (REPLICAOF NO ONE): the primary drops it at
-// once, so it confirms no further write, and it keeps what it had.
-func (rs *ReplicaSet) Detach(i int) error {
-	if _, err := rawDo(rs.Replicas[i], "REPLICAOF", "NO", "ONE"); err != nil {
-		return fmt.Errorf("detach replica %s: %w", rs.Replicas[i], err)
-	}
-	return nil
-}
-
-// Attach makes replica i replicate the primary again; WaitSynced waits until it has
-// caught up.
-func (rs *ReplicaSet) Attach(i int) error {
-	host, port, _ := strings.Cut(rs.Primary, ":")
-	if _, err := rawDo(rs.Replicas[i], "REPLICAOF", host, port); err != nil {
-		return fmt.Errorf("attach replica %s: %w", rs.Replicas[i], err)
-	}
-	return nil
 }
 
 // Freeze stops replica i's process (SIGSTOP): it stays connected to the primary but
