@@ -65,7 +65,7 @@ func TestServer_Replicas(t *testing.T) {
 	}, &br).requireStatus(t, 200)
 	require.Equal(t, 2, br.Created, "%+v", br)
 
-	two := serveWith(shard.Durability{Replicas: 2, Timeout: 20 * time.Millisecond})
+	two := serveWith(shard.Durability{Replicas: 2, Timeout: time.Second})
 	e := two.do("POST", "/v1/jobs", []byte(`{"id":"j2","type":"t","schedule":{"delay":"1h"}}`)).
 		requireError(t, 503, ingest.CodeNotReplicated, "")
 	require.Contains(t, e.Message, "only 1 of the 2 replicas")

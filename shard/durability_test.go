@@ -250,7 +250,7 @@ func TestDurability_ReplicaSet(t *testing.T) {
 	})
 
 	t.Run("FewerReplicasThanAskedFor", func(t *testing.T) {
-		s := openOn(t, rs.Backend(), shard.Config{Durability: shard.Durability{Replicas: 2, Timeout: 50 * time.Millisecond}})
+		s := openOn(t, rs.Backend(), shard.Config{Durability: shard.Durability{Replicas: 2, Timeout: time.Second}})
 		res, err := s.Create(ctx, []*job.Job{{ID: "two", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
 		requireNotReplicated(t, err, 2, 1)
 		require.True(t, res[0].Created)
@@ -261,6 +261,7 @@ func TestDurability_ReplicaSet(t *testing.T) {
 	})
 
 	t.Run("FrozenReplica", func(t *testing.T) {
+		// A frozen replica confirms nothing, however long the wait.
 		d := shard.Durability{Replicas: 1, Timeout: 100 * time.Millisecond}
 		s := openOn(t, rs.Backend(), shard.Config{Durability: d})
 		other := openOn(t, rs.Backend(), shard.Config{Durability: d}) // another process: its own connections
@@ -289,7 +290,8 @@ func TestDurability_ReplicaSet(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		require.NoError(t, rs.WaitSynced(wctx))
-		r, err = create(other)
+		patient := openOn(t, rs.Backend(), shard.Config{Durability: shard.Durability{Replicas: 1, Timeout: time.Minute}})
+		r, err = create(patient)
 		require.NoError(t, err)
 		require.False(t, r.Created)
 		require.True(t, onReplica(s, "frozen"))
@@ -350,7 +352,7 @@ func TestDurability_ClusterWaitsOnEachShardsMaster(t *testing.T) {
 	require.NoError(t, frozen[0].Freeze())
 	t.Cleanup(func() { _ = frozen[0].Thaw() })
 
-	short := openOn(t, b, shard.Config{Shards: 16, Durability: shard.Durability{Replicas: 1, Timeout: 200 * time.Millisecond}})
+	short := openOn(t, b, shard.Config{Shards: 16, Durability: shard.Durability{Replicas: 1, Timeout: time.Second}})
 	var jobs []*job.Job
 	for i := 0; len(jobs) < 16*4; i++ {
 		id := fmt.Sprintf("c-%d", i)
