@@ -83,6 +83,8 @@ func StartTopology(t testing.TB, o TopologyOptions) *Topology {
 			"--cluster-config-file", filepath.Join(sub, "nodes.conf"),
 			"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
 			"--cluster-announce-ip", "127.0.0.1",
+			// Replicas sync at once instead of after Redis's default 5s delay.
+			"--repl-diskless-sync-delay", "0",
 		}
 		if o.AOF {
 			args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
