@@ -107,7 +107,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&redis, "redis", "", "Redis address(es), comma-separated: one server or Cluster seeds (required)")
 	fs.StringVar(&cfg.redisPassword, "redis-password", "", "Redis AUTH password")
 	fs.StringVar(&cfg.namespace, "namespace", "tock", "key namespace (the one tock server uses)")
-	fs.IntVar(&cfg.shards, "shards", shard.DefaultShards, "shard count of the namespace (the one it was initialised with)")
+	fs.IntVar(&cfg.shards, "shards", 0, fmt.Sprintf("shard count of a new namespace (default: the namespace's; %d for a new one)", shard.DefaultShards))
 	fs.StringVar(&queues, "queues", job.DefaultQueue, "queues to claim from, comma-separated")
 	fs.IntVar(&cfg.concurrency, "concurrency", 10, "handlers run at once")
 	fs.StringVar(&cfg.id, "id", "", "worker id in run history (default: host name plus a random suffix)")
@@ -179,7 +179,7 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("connect to redis %v: %w", cfg.redis, err)
 	}
 	defer rc.Close() // last: after the worker stopped
-	client, err := tock.New(ctx, rc, shard.Config{Namespace: cfg.namespace, Shards: cfg.shards})
+	client, err := openNamespace(ctx, rc, cfg.namespace, cfg.shards)
 	if err != nil {
 		return err
 	}
@@ -211,6 +211,32 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// openNamespace opens the namespace, initialising it when it is new. With shards 0 it
+// takes the shard count and bucket width the namespace was initialised with (by tock
+// server, say) instead of failing on a difference from the defaults.
+func openNamespace(ctx context.Context, rc rueidis.Client, namespace string, shards int) (*tock.Client, error) {
+	sc := shard.Config{Namespace: namespace, Shards: shards}
+	for range 3 { // one retry per recorded setting at most
+		c, err := tock.New(ctx, rc, sc)
+		var me *shard.ConfigMismatchError
+		if !errors.As(err, &me) {
+			return c, err
+		}
+		n, perr := strconv.Atoi(me.Stored)
+		switch {
+		case perr != nil:
+			return nil, err
+		case me.Setting == "shards" && shards == 0:
+			sc.Shards = n
+		case me.Setting == "bucket":
+			sc.BucketSize = time.Duration(n) * time.Millisecond
+		default:
+			return nil, fmt.Errorf("%w (leave --shards out to use the namespace's)", err)
+		}
+	}
+	return nil, fmt.Errorf("namespace %q: its recorded settings keep changing", namespace)
 }
 
 // newWorker returns a worker with the example handlers, logging every run to logger.

@@ -38,7 +38,7 @@ func TestParseConfig(t *testing.T) {
 	require.True(t, cfg.demo)
 	require.Equal(t, 5*time.Second, cfg.shutdownTimeout)
 	require.Equal(t, "tock", cfg.namespace)
-	require.Equal(t, shard.DefaultShards, cfg.shards)
+	require.Zero(t, cfg.shards, "the namespace's shard count")
 
 	cfg, err = parseConfig([]string{"--concurrency", "7", "--redis", "127.0.0.1:7000"},
 		env(map[string]string{"TOCK_REDIS": "ignored:1", "TOCK_CONCURRENCY": "4"}), &bytes.Buffer{})
@@ -79,6 +79,32 @@ func TestParseDuration(t *testing.T) {
 		_, err := parseDuration([]byte(in))
 		require.Error(t, err, in)
 	}
+}
+
+// The worker follows the shard count and bucket width a namespace was initialised with,
+// unless --shards asks for another.
+func TestOpenNamespace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	mr := miniredis.RunT(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
+		DisableCache: true, ForceSingleClient: true, AlwaysRESP2: true})
+	require.NoError(t, err)
+	t.Cleanup(rc.Close)
+	_, err = tock.New(ctx, rc, shard.Config{Namespace: "srv", Shards: 8, BucketSize: 10 * time.Second})
+	require.NoError(t, err)
+
+	c, err := openNamespace(ctx, rc, "srv", 0)
+	require.NoError(t, err)
+	require.Equal(t, 8, c.Store().Shards())
+	_, err = openNamespace(ctx, rc, "srv", 16)
+	var me *shard.ConfigMismatchError
+	require.ErrorAs(t, err, &me)
+	require.ErrorContains(t, err, "--shards")
+
+	c, err = openNamespace(ctx, rc, "new", 0)
+	require.NoError(t, err)
+	require.Equal(t, shard.DefaultShards, c.Store().Shards(), "a new namespace gets the default")
 }
 
 // syncBuffer is a bytes.Buffer safe for the worker's goroutines.
