@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -68,7 +67,12 @@ func Export(ctx context.Context, st *shard.Store, b *blob.Bucket, opts ExportOpt
 	}
 	sort.Strings(m.PausedQueues)
 
-	if err := exportShards(ctx, st, b, m, opts.Parallel); err != nil {
+	err = each(ctx, m.Shards, opts.Parallel, func(ctx context.Context, i int) error {
+		f, err := exportShard(ctx, st, b, m.ID, shard.ID(i))
+		m.Files[i] = f // each call writes its own entry
+		return err
+	})
+	if err != nil {
 		// Best effort, also when ctx ended: what was written is of no use.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -94,50 +98,6 @@ func Export(ctx context.Context, st *shard.Store, b *blob.Bucket, opts ExportOpt
 		return nil, fmt.Errorf("export snapshot %s: write %s: %w", m.ID, manifestName, err)
 	}
 	return m, nil
-}
-
-// exportShards writes the file of every shard, parallel at once, filling m.Files; the
-// first error stops the others.
-func exportShards(ctx context.Context, st *shard.Store, b *blob.Bucket, m *Manifest, parallel int) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		work     = make(chan int)
-	)
-	for range min(parallel, m.Shards) {
-		wg.Go(func() {
-			for id := range work {
-				f, err := exportShard(ctx, st, b, m.ID, shard.ID(id))
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					cancel()
-					continue
-				}
-				m.Files[id] = f // each goroutine writes its own entries
-			}
-		})
-	}
-feed:
-	for id := range m.Shards {
-		select {
-		case work <- id:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
 }
 
 // exportShard writes the file of shard id into snapshot snapID.

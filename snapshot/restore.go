@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/gzip"
 	"gocloud.dev/blob"
@@ -18,19 +19,41 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
+// ReadOptions tunes Verify and Restore. The zero value is usable.
+type ReadOptions struct {
+	// Parallel is how many shard files are read at once. Default 4.
+	Parallel int
+}
+
+func (o ReadOptions) withDefaults() (ReadOptions, error) {
+	if o.Parallel == 0 {
+		o.Parallel = 4
+	}
+	if o.Parallel < 1 {
+		return o, fmt.Errorf("parallel must be at least 1, got %d", o.Parallel)
+	}
+	return o, nil
+}
+
 // Verify reads snapshot id whole and checks it: its manifest, and for every shard file
 // its size, its SHA-256, its compression, every record, which shard each record belongs
-// to and the record count. It returns the manifest, or the first problem found: a
-// *CorruptError naming the file and what is wrong with it, ErrIncomplete, ErrNotFound.
-func Verify(ctx context.Context, b *blob.Bucket, id string) (*Manifest, error) {
+// to and the record count. It returns the manifest, or a problem found: a *CorruptError
+// naming the file and what is wrong with it (the first such file in the manifest's
+// order), ErrIncomplete, ErrNotFound.
+func Verify(ctx context.Context, b *blob.Bucket, id string, opts ReadOptions) (*Manifest, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("verify snapshot %s: %w", id, err)
+	}
 	m, err := ReadManifest(ctx, b, id)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range m.Files {
-		if err := readFile(ctx, b, m, f, func(context.Context, shard.JobRecord) error { return nil }); err != nil {
-			return nil, err
-		}
+	err = each(ctx, len(m.Files), opts.Parallel, func(ctx context.Context, i int) error {
+		return readFile(ctx, b, m, m.Files[i], func(context.Context, shard.JobRecord) error { return nil })
+	})
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -61,23 +84,30 @@ type RestoreResult struct {
 // Dispatchers and workers may already run on the namespace: restored runs are signalled
 // to them as they are written. The files are read twice (verified, then restored), and
 // a file that changed between the two readings stops the restore with a *CorruptError.
-func Restore(ctx context.Context, st *shard.Store, b *blob.Bucket, id string) (*RestoreResult, error) {
-	m, err := Verify(ctx, b, id)
+func Restore(ctx context.Context, st *shard.Store, b *blob.Bucket, id string, opts ReadOptions) (*RestoreResult, error) {
+	m, err := Verify(ctx, b, id, opts)
 	if err != nil {
 		return nil, err
 	}
+	opts, _ = opts.withDefaults()
 	res := &RestoreResult{Manifest: m}
 	if res.Resumed, err = st.BeginRestore(ctx, m.ID); err != nil {
 		return nil, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
 	}
-	w := &restoreWriter{st: st, pending: map[shard.ID][]shard.JobRecord{}}
-	for _, f := range m.Files {
-		if err := readFile(ctx, b, m, f, w.add); err != nil {
-			return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+	var mu sync.Mutex
+	err = each(ctx, len(m.Files), opts.Parallel, func(ctx context.Context, i int) error {
+		w := &restoreWriter{st: st, pending: map[shard.ID][]shard.JobRecord{}}
+		err := readFile(ctx, b, m, m.Files[i], w.add)
+		if err == nil {
+			err = w.flushAll(ctx)
 		}
-	}
-	err = w.flushAll(ctx)
-	res.RestoreCounts = w.counts
+		mu.Lock()
+		res.Restored += w.counts.Restored
+		res.Existed += w.counts.Existed
+		res.Expired += w.counts.Expired
+		mu.Unlock()
+		return err
+	})
 	if err != nil {
 		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
 	}
@@ -99,7 +129,7 @@ const (
 	restoreFlushBytes = 32 << 20
 )
 
-// restoreWriter batches restored jobs per target shard.
+// restoreWriter batches the jobs of one file per target shard.
 type restoreWriter struct {
 	st      *shard.Store
 	pending map[shard.ID][]shard.JobRecord

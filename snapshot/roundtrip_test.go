@@ -173,14 +173,14 @@ func TestExportRestore_RoundTrip(t *testing.T) {
 		require.Equal(t, m, got)
 
 		dst := open(t, b, rc, shard.Config{Shards: 8})
-		res, err := snapshot.Restore(ctx, dst, bk, m.ID)
+		res, err := snapshot.Restore(ctx, dst, bk, m.ID, snapshot.ReadOptions{})
 		require.NoError(t, err)
 		require.Equal(t, shard.RestoreCounts{Restored: len(seeded)}, res.RestoreCounts)
 		require.False(t, res.Resumed)
 		requireSameJobs(t, src, dst)
 
 		// A second restore into the same namespace is refused: it holds jobs now.
-		_, err = snapshot.Restore(ctx, dst, bk, m.ID)
+		_, err = snapshot.Restore(ctx, dst, bk, m.ID, snapshot.ReadOptions{})
 		require.ErrorIs(t, err, shard.ErrNotEmpty)
 	})
 }
@@ -199,7 +199,7 @@ func TestRestore_OtherShardCount(t *testing.T) {
 		// Each job goes to the shard its id maps to among 5, in a namespace with
 		// 10 s buckets.
 		dst := open(t, b, rc, shard.Config{Shards: 5, BucketSize: 10 * time.Second})
-		res, err := snapshot.Restore(ctx, dst, bk, m.ID)
+		res, err := snapshot.Restore(ctx, dst, bk, m.ID, snapshot.ReadOptions{})
 		require.NoError(t, err)
 		require.Equal(t, len(seeded), res.Restored)
 		requireSameJobs(t, src, dst)
@@ -218,7 +218,7 @@ func TestExport_Empty(t *testing.T) {
 	require.Zero(t, m.Jobs)
 	require.Empty(t, m.PausedQueues)
 	dst := open(t, b, rc, shard.Config{})
-	res, err := snapshot.Restore(ctx, dst, bk, m.ID)
+	res, err := snapshot.Restore(ctx, dst, bk, m.ID, snapshot.ReadOptions{})
 	require.NoError(t, err)
 	require.Zero(t, res.Restored)
 }

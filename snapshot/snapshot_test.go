@@ -59,8 +59,12 @@ func wipe(t *testing.T, st *shard.Store) {
 		for {
 			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(st.Config().Namespace+":*").Count(1000).Build()).AsScanEntry()
 			require.NoError(t, err)
-			for _, k := range e.Elements {
-				require.NoError(t, rc.Do(ctx, rc.B().Unlink().Key(k).Build()).Error())
+			cmds := make(rueidis.Commands, len(e.Elements))
+			for i, k := range e.Elements {
+				cmds[i] = rc.B().Unlink().Key(k).Build() // one key each: keys of several slots
+			}
+			for _, r := range rc.DoMulti(ctx, cmds...) {
+				require.NoError(t, r.Error())
 			}
 			if cursor = e.Cursor; cursor == 0 {
 				break
