@@ -1,0 +1,164 @@
+package shard_test
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+func TestScanJobs_ListsEachShardsJobs(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 6})
+		empty, err := s.Empty(ctx)
+		require.NoError(t, err)
+		require.True(t, empty)
+
+		want := map[shard.ID][]string{}
+		var jobs []*job.Job
+		for i := range 300 {
+			id := "j" + strconv.Itoa(i)
+			jobs = append(jobs, &job.Job{ID: id, Type: "t", Schedule: job.Schedule{Delay: time.Hour}})
+			want[s.ShardOf(id)] = append(want[s.ShardOf(id)], id)
+		}
+		_, err = s.Create(ctx, jobs)
+		require.NoError(t, err)
+		empty, err = s.Empty(ctx)
+		require.NoError(t, err)
+		require.False(t, empty)
+
+		for id := range shard.ID(6) {
+			var got []string
+			require.NoError(t, s.ScanJobs(ctx, id, func(ids []string) error {
+				got = append(got, ids...)
+				return nil
+			}))
+			sort.Strings(got)
+			sort.Strings(want[id])
+			require.Equal(t, want[id], got, "shard %d", id)
+
+			recs, err := s.ReadJobs(ctx, id, append([]string{"gone"}, got...))
+			require.NoError(t, err)
+			require.Len(t, recs, len(got), "a job that does not exist is left out")
+			for _, r := range recs {
+				require.Equal(t, s.ShardOf(r.ID), id)
+				require.Zero(t, r.ExpireAt)
+				require.Contains(t, r.Fields, "scheduled")
+			}
+		}
+	})
+}
+
+func TestRestoreJobs_IdempotentAndExpiry(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx := context.Background()
+		src := open(t, b, shard.Config{Shards: 2})
+		dst := open(t, b, shard.Config{Shards: 2})
+		_, err := src.Create(ctx, []*job.Job{
+			{ID: "later", Type: "t", Schedule: job.Schedule{Delay: time.Hour}},
+			{ID: "now", Type: "t", Schedule: job.Schedule{Now: true}},
+		})
+		require.NoError(t, err)
+		now, err := src.ServerNow(ctx)
+		require.NoError(t, err)
+		recs, err := src.ReadJobs(ctx, src.ShardOf("now"), []string{"now"})
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
+		// The same job, finished: once expiring in a minute, once expired.
+		done := func(newID string, exp time.Time) shard.JobRecord {
+			r := shard.JobRecord{ID: newID, ExpireAt: exp.UnixMilli()}
+			for k := 0; k < len(recs[0].Fields); k += 2 {
+				f, v := recs[0].Fields[k], recs[0].Fields[k+1]
+				switch f {
+				case "st":
+					v = "completed"
+				case "rl":
+					v = ","
+				}
+				r.Fields = append(r.Fields, f, v)
+			}
+			return r
+		}
+		recs = append(recs, done("expiring", now.Add(time.Minute)), done("expired", now.Add(-time.Second)))
+
+		restore := func() (total shard.RestoreCounts) {
+			for _, r := range recs {
+				c, err := dst.RestoreJobs(ctx, dst.ShardOf(r.ID), []shard.JobRecord{r})
+				require.NoError(t, err)
+				total.Restored += c.Restored
+				total.Existed += c.Existed
+				total.Expired += c.Expired
+			}
+			return total
+		}
+		require.Equal(t, shard.RestoreCounts{Restored: 2, Expired: 1}, restore())
+		require.Equal(t, shard.RestoreCounts{Existed: 2, Expired: 1}, restore())
+
+		info, err := dst.Get(ctx, "expiring")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCompleted, info.State)
+		require.WithinDuration(t, now.Add(time.Minute), info.Expires, time.Second)
+		_, err = dst.Get(ctx, "expired")
+		require.ErrorIs(t, err, shard.ErrNotFound)
+		// The ready run is filed once, however many restores ran.
+		qs, err := dst.Queues(ctx)
+		require.NoError(t, err)
+		require.Len(t, qs, 1)
+		require.Equal(t, int64(1), qs[0].Ready)
+		require.Equal(t, int64(1), qs[0].Fired, "a run restored ready counts as fired")
+	})
+}
+
+func TestBeginRestore(t *testing.T) {
+	t.Parallel()
+	b := redistest.Backends(t)[0]
+	ctx := context.Background()
+	s := open(t, b, shard.Config{Shards: 2})
+	resumed, err := s.BeginRestore(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, resumed)
+	// Nothing written yet: another restore may start over.
+	resumed, err = s.BeginRestore(ctx, "b")
+	require.NoError(t, err)
+	require.False(t, resumed)
+	_, err = s.Create(ctx, []*job.Job{{ID: "x", Type: "t", Schedule: job.Schedule{Now: true}}})
+	require.NoError(t, err)
+	resumed, err = s.BeginRestore(ctx, "b")
+	require.NoError(t, err)
+	require.True(t, resumed)
+	_, err = s.BeginRestore(ctx, "a")
+	require.ErrorIs(t, err, shard.ErrNotEmpty)
+	require.ErrorContains(t, err, "a restore of snapshot b began and did not end")
+	require.NoError(t, s.EndRestore(ctx))
+	_, err = s.BeginRestore(ctx, "b")
+	require.ErrorIs(t, err, shard.ErrNotEmpty)
+	require.NotContains(t, err.Error(), "began")
+}
+
+func TestClaimSnapshotPeriod(t *testing.T) {
+	t.Parallel()
+	m, c := redistest.Mini(t)
+	ctx := context.Background()
+	s, err := shard.Open(ctx, c, shard.Config{Shards: 1})
+	require.NoError(t, err)
+	ok, err := s.ClaimSnapshotPeriod(ctx, "a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.ClaimSnapshotPeriod(ctx, "b", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "a holds the period")
+	m.FastForward(time.Minute)
+	ok, err = s.ClaimSnapshotPeriod(ctx, "b", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "the period ended")
+}
