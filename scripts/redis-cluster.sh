@@ -101,7 +101,8 @@ running() {
 alive() {
 	local pid
 	pid=$(pid_of "$1") || return 1
-	[[ -n $pid ]] && running "$pid" || return 1
+	[[ -n $pid ]] || return 1
+	running "$pid" || return 1
 	if [[ -r /proc/$pid/cmdline ]]; then
 		tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "redis-server" || return 1
 	fi
@@ -140,11 +141,15 @@ seeds() {
 parse_args() {
 	while (($# > 0)); do
 		case $1 in
-		--base-port) base_port=${2:?--base-port needs a value}; shift 2 ;;
+		--base-port | --dir | --timeout)
+			if (($# < 2)); then
+				log "$1 needs a value"
+				exit 2
+			fi
+			set -- "$1=$2" "${@:3}"
+			;;
 		--base-port=*) base_port=${1#*=}; shift ;;
-		--dir) dir=${2:?--dir needs a value}; shift 2 ;;
 		--dir=*) dir=${1#*=}; shift ;;
-		--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
 		--timeout=*) timeout=${1#*=}; shift ;;
 		-h | --help) usage; exit 0 ;;
 		*) usage >&2; log "unknown argument: $1"; exit 2 ;;
@@ -160,6 +165,9 @@ parse_args() {
 	fi
 	dir=${dir:-${TMPDIR:-/tmp}/tock-redis-cluster-$base_port}
 	dir=${dir%/}
+	[[ -n $dir ]] || { log "--dir: want a directory other than /"; exit 2; }
+	# redis-server resolves the paths of its config after moving into its dir.
+	[[ $dir == /* ]] || dir=$PWD/$dir
 }
 
 need_binaries() {

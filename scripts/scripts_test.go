@@ -281,6 +281,7 @@ func TestRedisCluster(t *testing.T) {
 		require.Equal(t, 2, script(t, "restart").code)
 		require.Equal(t, 2, script(t, "up", "--base-port", "80").code)
 		require.Equal(t, 2, script(t, "up", "--bogus").code)
+		require.Equal(t, 2, script(t, "up", "--dir").code, "a flag without its value")
 		h := script(t, "--help")
 		require.Equal(t, 0, h.code)
 		require.Contains(t, h.out, "up|down|status")
