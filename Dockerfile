@@ -14,7 +14,9 @@ ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
-ENV CGO_ENABLED=0
+# The image sets GOTOOLCHAIN=local; auto fetches the patch release go.mod asks for when
+# the image's is older.
+ENV CGO_ENABLED=0 GOTOOLCHAIN=auto
 # Modules first, in their own layer: they change less often than the code.
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod \
