@@ -215,17 +215,20 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 		}
 	}
 	// The embedded Redis is closed by the deferred calls, after the components stopped.
+	// The components run on a context that the signal does not cancel: the shutdown
+	// sequence stops them one by one, each with its grace period.
 	var r running
-	if err := d.Start(ctx); err != nil {
+	runCtx := context.WithoutCancel(ctx)
+	if err := d.Start(runCtx); err != nil {
 		return err
 	}
 	r.d = d
-	if err := w.Start(ctx); err != nil {
+	if err := w.Start(runCtx); err != nil {
 		return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
 	}
 	r.w = w
 	if api != nil {
-		if err := api.Start(ctx); err != nil {
+		if err := api.Start(runCtx); err != nil {
 			err = fmt.Errorf("dev: HTTP API on %s: %w (choose another address with --http, e.g. --http 127.0.0.1:0)", o.http, err)
 			return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
 		}

@@ -83,7 +83,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 		if err != nil {
 			return fail(err)
 		}
-		if err := d.Start(ctx); err != nil {
+		// Started on a context the signal does not cancel: the shutdown sequence stops
+		// the components in order, each with its grace period.
+		if err := d.Start(context.WithoutCancel(ctx)); err != nil {
 			return fail(fmt.Errorf("start dispatcher: %w", err))
 		}
 		r.d = d
@@ -109,7 +111,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 			MaxBatch: cfg.maxBatch, MaxBacklog: cfg.maxBacklog, Logger: logger,
 			MetricsHandler: metrics.Handler(), Metrics: metrics})
 		if err == nil {
-			err = api.Start(ctx)
+			err = api.Start(context.WithoutCancel(ctx))
 		}
 		if err != nil {
 			return fail(cfg.errorf("http", "start the API: %w", err))
