@@ -228,6 +228,27 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// NamespaceSettings returns the shard count and bucket width that namespace ns was
+// initialised with (see Open), or ok false when it was not initialised. It writes nothing.
+func NamespaceSettings(ctx context.Context, c rueidis.Client, ns string) (shards int, bucket time.Duration, ok bool, err error) {
+	f, err := c.Do(ctx, c.B().Hmget().Key(NewKeys(ns, nil).Meta()).Field("shards", "bucket").Build()).ToArray()
+	if err == nil && len(f) != 2 {
+		err = fmt.Errorf("reply of %d values, want 2", len(f))
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("read namespace %q: %w", ns, err)
+	}
+	if f[0].IsNil() {
+		return 0, 0, false, nil
+	}
+	n, err1 := strconv.Atoi(str(f[0]))
+	b, err2 := strconv.ParseInt(str(f[1]), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, false, fmt.Errorf("read namespace %q: %w", ns, err)
+	}
+	return n, time.Duration(b) * time.Millisecond, true, nil
+}
+
 // restoreField is the field of the namespace record (Keys.Meta) naming the snapshot being
 // restored, from BeginRestore to EndRestore.
 const restoreField = "restore"
@@ -252,9 +273,10 @@ func (s *Store) BeginRestore(ctx context.Context, snapshot string) (resumed bool
 	}
 	if !empty {
 		if cur != "" {
-			return false, fmt.Errorf("namespace %q: %w: a restore of snapshot %s began and did not end", s.cfg.Namespace, ErrNotEmpty, cur)
+			return false, fmt.Errorf("%w: %q (a restore of snapshot %s began and did not end: run that one again to complete it)",
+				ErrNotEmpty, s.cfg.Namespace, cur)
 		}
-		return false, fmt.Errorf("namespace %q: %w", s.cfg.Namespace, ErrNotEmpty)
+		return false, fmt.Errorf("%w: %q (a restore writes into a namespace without jobs only)", ErrNotEmpty, s.cfg.Namespace)
 	}
 	if err := s.c.Do(ctx, s.c.B().Hset().Key(meta).FieldValue().FieldValue(restoreField, snapshot).Build()).Error(); err != nil {
 		return false, fmt.Errorf("begin restore: %w", err)

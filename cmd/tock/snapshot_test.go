@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/snapshot"
+)
+
+func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
+	t.Parallel()
+	for _, b := range realBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rc := b.Client(t)
+			ns := redistest.Namespace(t, b)
+			src, err := shard.Open(ctx, rc, shard.Config{Namespace: ns, Shards: 4})
+			require.NoError(t, err)
+			_, err = src.Create(ctx, []*job.Job{
+				{ID: "later", Type: "t", Schedule: job.Schedule{Delay: time.Hour}},
+				{ID: "now", Type: "t", Queue: "q", Schedule: job.Schedule{Now: true}},
+				{ID: "daily", Type: "t", Schedule: job.Schedule{Cron: "0 9 * * *", TimeZone: "Europe/London"}},
+			})
+			require.NoError(t, err)
+			_, err = src.PauseQueue(ctx, "q")
+			require.NoError(t, err)
+			dir := t.TempDir()
+			env := map[string]string{"TOCK_REDIS": strings.Join(b.Addrs, ","), "TOCK_SNAPSHOT_TO": dir}
+			tock := func(args ...string) result {
+				return runTock(t, ctx, env, "", args...)
+			}
+			ok := func(args ...string) string {
+				t.Helper()
+				r := tock(args...)
+				require.NoError(t, r.err, "tock %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.out, r.errOut)
+				return r.out
+			}
+
+			out := ok("snapshot", "export", "--namespace", ns, "--to", "file://"+filepath.ToSlash(dir))
+			require.Regexp(t, `^snapshot `+ns+`/\d{8}T\d{6}\.\d{3}Z: 3 jobs in 4 files, \d+ B, in \d`, out)
+			first := strings.Fields(out)[1]
+			first = first[:len(first)-1]
+			var m snapshot.Manifest
+			require.NoError(t, json.Unmarshal([]byte(ok("snapshot", "export", "--namespace", ns, "--json")), &m))
+			require.Equal(t, int64(3), m.Jobs)
+			require.Equal(t, []string{"q"}, m.PausedQueues)
+			out = ok("snapshot", "export", "--namespace", ns, "--keep", "2")
+			require.Contains(t, out, "deleted "+first+"\n")
+
+			out = ok("snapshot", "ls", "--namespace", ns)
+			require.Regexp(t, `(?m)^ID\s+STARTED\s+JOBS\s+SHARDS\s+SIZE\s+STATUS$`, out)
+			require.Len(t, regexp.MustCompile(`(?m)^`+ns+`/\S+\s+\S+ \S+\s+3\s+4\s+\d+ B\s+complete$`).FindAllString(out, -1), 2, out)
+			require.NotContains(t, out, first)
+			require.Contains(t, ok("snapshot", "verify", "--namespace", ns), "is intact: 3 jobs in 4 files")
+
+			// Into a new namespace with another shard count; the snapshot named by its
+			// namespace (its newest).
+			ns2 := redistest.Namespace(t, b)
+			out = ok("snapshot", "restore", "--namespace", ns2, "--snapshot", ns, "--shards", "3")
+			require.Regexp(t, `^restored 3 jobs from `+ns+`/\S+ into namespace "`+ns2+`" \(3 shards\)\n$`, out)
+			dst, err := shard.Open(ctx, rc, shard.Config{Namespace: ns2, Shards: 3})
+			require.NoError(t, err)
+			for _, id := range []string{"later", "now", "daily"} {
+				info, err := dst.Get(ctx, id)
+				require.NoError(t, err, id)
+				want, err := src.Get(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, want.State, info.State)
+				require.Equal(t, want.NextRunAt, info.NextRunAt)
+			}
+			paused, err := dst.PausedQueues(ctx)
+			require.NoError(t, err)
+			require.True(t, paused["q"])
+
+			r := tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns)
+			require.ErrorIs(t, r.err, shard.ErrNotEmpty)
+			require.ErrorContains(t, r.err, "namespace holds jobs: \""+ns2+"\"")
+			r = tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns, "--shards", "5")
+			require.ErrorContains(t, r.err, "exists with 3 shards")
+
+			// A damaged snapshot is refused before the namespace is even initialised.
+			infos, err := os.ReadDir(filepath.Join(dir, ns))
+			require.NoError(t, err)
+			newest := filepath.Join(dir, ns, infos[len(infos)-1].Name(), "shard-0002.ndjson.gz")
+			require.NoError(t, os.Truncate(newest, 5))
+			r = tock("snapshot", "verify", "--namespace", ns)
+			require.ErrorContains(t, r.err, "shard-0002.ndjson.gz: 5 bytes, the manifest says")
+			ns3 := redistest.Namespace(t, b)
+			r = tock("snapshot", "restore", "--namespace", ns3, "--snapshot", ns)
+			var ce *snapshot.CorruptError
+			require.ErrorAs(t, r.err, &ce)
+			_, _, exists, err := shard.NamespaceSettings(ctx, rc, ns3)
+			require.NoError(t, err)
+			require.False(t, exists)
+
+			r = tock("snapshot", "export", "--namespace", redistest.Namespace(t, b))
+			require.ErrorContains(t, r.err, "does not exist in Redis")
+		})
+	}
+}
+
+func TestSnapshot_Usage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	none := map[string]string{}
+	r := runTock(t, ctx, none, "", "snapshot")
+	require.ErrorIs(t, r.err, flag.ErrHelp)
+	require.Contains(t, r.errOut, "tock snapshot export --to LOCATION")
+	r = runTock(t, ctx, none, "", "snapshot", "frobnicate")
+	var ue *usageError
+	require.ErrorAs(t, r.err, &ue)
+	r = runTock(t, ctx, none, "", "snapshot", "export", "--redis", "127.0.0.1:1")
+	require.ErrorContains(t, r.err, "--to (or TOCK_SNAPSHOT_TO) is required")
+	r = runTock(t, ctx, map[string]string{"TOCK_SNAPSHOT_TO": t.TempDir()}, "", "snapshot", "restore")
+	require.ErrorContains(t, r.err, "--redis (or TOCK_REDIS) is required")
+	r = runTock(t, ctx, none, "", "snapshot", "ls", "--from", t.TempDir(), "extra")
+	require.ErrorContains(t, r.err, `unexpected argument "extra"`)
+	r = runTock(t, ctx, none, "", "snapshot", "ls", "--from", t.TempDir())
+	require.NoError(t, r.err)
+	require.Equal(t, "no snapshots\n", r.errOut)
+	r = runTock(t, ctx, none, "", "snapshot", "verify", "--from", t.TempDir())
+	require.ErrorIs(t, r.err, snapshot.ErrNotFound)
+}
