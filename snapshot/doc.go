@@ -14,9 +14,10 @@
 //	tock/20260102T150405.123Z/shard-0063.ndjson.gz
 //	tock/20260102T150405.123Z/manifest.json
 //
-// A shard file is gzip-compressed JSON lines, one job per line (see record): the fields
-// of the job's Redis hash, which hold its definition, state, runs and history, and its
-// expiry time. The manifest (see Manifest) is written last, so a folder without one is
+// A shard file is gzip-compressed JSON lines, one job per line: the fields of the job's
+// Redis hash, which hold its definition, state, runs and history ("f", with the values
+// that are not valid UTF-8 base64-encoded in "b"), and its expiry time ("exp"); see
+// docs/snapshots.md. The manifest (see Manifest) is written last, so a folder without one is
 // an incomplete snapshot; it records the format and data schema versions, the namespace,
 // shard count, bucket width, paused queues, the export's start and end times, and per
 // file its job count, byte size and SHA-256.
