@@ -22,16 +22,22 @@ import (
 
 // command is one of the commands that read the settings table; setting.cmds is a set
 // of them.
-type command uint8
+type command uint16
 
 const (
 	cmdServer command = 1 << iota
 	cmdIngest
 	cmdDispatcher
 	cmdInit
+	cmdSnapshotExport
+	cmdSnapshotRestore
+	cmdSnapshotVerify
+	cmdSnapshotLs
 
-	cmdRoles = cmdServer | cmdIngest | cmdDispatcher // the commands that run a role
-	cmdAll   = cmdRoles | cmdInit
+	cmdRoles    = cmdServer | cmdIngest | cmdDispatcher // the commands that run a role
+	cmdSnapshot = cmdSnapshotExport | cmdSnapshotRestore | cmdSnapshotVerify | cmdSnapshotLs
+	cmdRedis    = cmdRoles | cmdInit | cmdSnapshotExport | cmdSnapshotRestore // the commands that connect to Redis
+	cmdAll      = cmdRoles | cmdInit | cmdSnapshot
 )
 
 // commandInfo names the commands of the settings table and says what each does, for
@@ -53,6 +59,20 @@ var commandInfo = []struct {
 		"Reports whether it created the namespace or found it already initialised with the same " +
 		"settings; fails, naming the setting, when the namespace was initialised with others. " +
 		"The other commands initialise a new namespace too, with the settings they are given."},
+	{cmdSnapshotExport, "snapshot export", "Write a snapshot of the namespace to --to: a compressed " +
+		"file per shard, then a manifest. --keep N then deletes all but the newest N complete " +
+		"snapshots of the namespace."},
+	{cmdSnapshotRestore, "snapshot restore", "Check a snapshot in --from whole, then rebuild the " +
+		"namespace from it. The namespace must hold no jobs (a restore of the same snapshot that was " +
+		"interrupted is completed). A new namespace gets the snapshot's shard count and bucket width " +
+		"unless the shards or bucket setting is given; an existing one keeps its own (jobs move to " +
+		"their shards). --snapshot ID is <namespace>/<time> as ls prints it, <time> for a snapshot of " +
+		"--namespace, or a namespace for its newest complete snapshot; default the newest complete " +
+		"snapshot of --namespace."},
+	{cmdSnapshotVerify, "snapshot verify", "Read a snapshot in --from whole and check every file, " +
+		"without restoring it. --snapshot ID as for tock snapshot restore."},
+	{cmdSnapshotLs, "snapshot ls", "List the snapshots of the namespace in --from (--all: of every " +
+		"namespace), newest first."},
 }
 
 func (c command) String() string {
@@ -76,7 +96,9 @@ type setting struct {
 	defText  string  // default in words, when def alone would mislead
 	help     string  // what the setting means
 	cmds     command // the commands that read it
-	required bool    // a value other than "" is required
+	required command // the commands that require a value other than ""
+	// flagIn names the setting's flag in the commands where it is not flag.
+	flagIn map[command]string
 	// list settings hold several values: a repeated flag adds to the list, and the
 	// environment and the file separate them with commas (the file also takes a YAML
 	// sequence). parse is called for each.
@@ -90,6 +112,14 @@ type setting struct {
 
 // noKey is setting.key for a setting the config file cannot hold.
 const noKey = "-"
+
+// flagName returns the name of the setting's flag in cmd.
+func (s *setting) flagName(cmd command) string {
+	if name, ok := s.flagIn[cmd]; ok {
+		return name
+	}
+	return s.flag
+}
 
 func (s *setting) envName() string {
 	if s.env != "" {
@@ -109,7 +139,7 @@ func (s *setting) fileKey() string {
 	return s.key
 }
 
-// config is the validated configuration of tock server, ingest, dispatcher or init.
+// config is the validated configuration of one of the commands of commandInfo.
 type config struct {
 	cmd           command
 	redis         []string
@@ -171,18 +201,19 @@ func (e *settingError) Unwrap() error { return e.err }
 
 // errorf returns a *settingError for the value of the setting named flag.
 func (c *config) errorf(flag, format string, args ...any) error {
-	return &settingError{where: settingByFlag(flag).where(c.values[flag]), err: fmt.Errorf(format, args...)}
+	return &settingError{where: settingByFlag(flag).where(c.cmd, c.values[flag]), err: fmt.Errorf(format, args...)}
 }
 
-// where describes a value of s and where it came from, leaving secrets out.
-func (s *setting) where(v value) string {
+// where describes a value of s in cmd and where it came from, leaving secrets out.
+func (s *setting) where(cmd command, v value) string {
 	q := ""
 	if !s.secret {
 		q = strconv.Quote(v.text)
 	}
+	flag := s.flagName(cmd)
 	switch v.src {
 	case fromFlag:
-		return strings.TrimSpace("--" + s.flag + " " + q)
+		return strings.TrimSpace("--" + flag + " " + q)
 	case fromEnv:
 		if q != "" {
 			q = "=" + q
@@ -191,13 +222,13 @@ func (s *setting) where(v value) string {
 	case fromFile:
 		return strings.TrimSpace(fmt.Sprintf("%s line %d: %s %s", v.file, v.line, s.fileKey(), q))
 	}
-	return strings.TrimSpace("--" + s.flag + " default " + q)
+	return strings.TrimSpace("--" + flag + " default " + q)
 }
 
 var settings = []*setting{
 	{flag: "config", key: noKey, arg: "path", cmds: cmdAll,
 		help: "YAML file of settings, keyed by the file keys listed here; an unknown key is an error"},
-	{flag: "redis", arg: "host:port[,host:port...]", cmds: cmdAll, list: true, required: true,
+	{flag: "redis", arg: "host:port[,host:port...]", cmds: cmdRedis, list: true, required: cmdRedis,
 		help: "address of a Redis server, or of Redis Cluster nodes (one is enough: the client finds the others)",
 		parse: func(c *config, v string) error {
 			if err := checkAddr(v, 1); err != nil {
@@ -206,10 +237,10 @@ var settings = []*setting{
 			c.redis = append(c.redis, v)
 			return nil
 		}},
-	{flag: "redis-username", arg: "name", cmds: cmdAll,
+	{flag: "redis-username", arg: "name", cmds: cmdRedis,
 		help:  "Redis ACL user name (AUTH); empty: the default user",
 		parse: func(c *config, v string) error { c.redisUsername = v; return nil }},
-	{flag: "redis-password", arg: "password", cmds: cmdAll, secret: true,
+	{flag: "redis-password", arg: "password", cmds: cmdRedis, secret: true,
 		help:  "Redis password (AUTH); empty: none",
 		parse: func(c *config, v string) error { c.redisPassword = v; return nil }},
 	{flag: "namespace", arg: "name", def: "tock", cmds: cmdAll,
@@ -221,16 +252,16 @@ var settings = []*setting{
 			c.namespace = v
 			return nil
 		}},
-	{flag: "shards", arg: "N", def: strconv.Itoa(shard.DefaultShards), cmds: cmdAll,
-		defText: "the namespace's; " + strconv.Itoa(shard.DefaultShards) + " for a new one",
+	{flag: "shards", arg: "N", def: strconv.Itoa(shard.DefaultShards), cmds: cmdRoles | cmdInit | cmdSnapshotRestore,
+		defText: "the namespace's; for a new one " + strconv.Itoa(shard.DefaultShards) + " (snapshot restore: the snapshot's)",
 		help:    "shard count, fixed when the namespace is initialised (1 to " + strconv.Itoa(shard.MaxShards) + ")",
 		parse: func(c *config, v string) error {
 			n, err := parseCount(v, 1, shard.MaxShards)
 			c.shards = int(n)
 			return err
 		}},
-	{flag: "bucket", arg: "duration", def: "1m", cmds: cmdAll,
-		defText: "the namespace's; 1m for a new one",
+	{flag: "bucket", arg: "duration", def: "1m", cmds: cmdRoles | cmdInit | cmdSnapshotRestore,
+		defText: "the namespace's; for a new one 1m (snapshot restore: the snapshot's)",
 		help:    "width of a due-time bucket, fixed when the namespace is initialised (1s to 24h)",
 		parse: func(c *config, v string) (err error) {
 			c.bucket, err = parseDuration(v, time.Second, 24*time.Hour)
@@ -318,9 +349,12 @@ var settings = []*setting{
 			c.leaseTTL, err = parseDuration(v, 300*time.Millisecond, time.Minute)
 			return err
 		}},
-	{flag: "snapshot-to", arg: "location", cmds: cmdServer | cmdDispatcher,
-		help: "where periodic snapshots go (with --snapshot-every): a directory, file:///dir, or " +
-			"s3://bucket?region=... (a gocloud.dev/blob URL; prefix=folder/ keeps them in a folder)",
+	{flag: "snapshot-to", arg: "location", cmds: cmdServer | cmdDispatcher | cmdSnapshot, required: cmdSnapshot,
+		flagIn: map[command]string{cmdSnapshotExport: "to", cmdSnapshotRestore: "from", cmdSnapshotVerify: "from", cmdSnapshotLs: "from"},
+		help: "where snapshots are: a directory, file:///dir, or s3://bucket?region=... (a gocloud.dev/blob URL: " +
+			"add endpoint=http://host:9000&use_path_style=true for MinIO, prefix=folder/ for a folder; AWS " +
+			"credentials come from the usual environment variables). tock server and tock dispatcher export " +
+			"to it periodically (with --snapshot-every)",
 		parse: func(c *config, v string) error {
 			if _, err := url.Parse(v); err != nil {
 				return errors.New("want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1")
@@ -403,7 +437,7 @@ func loadConfig(cmd command, args []string, getenv func(string) string, out io.W
 	for _, s := range settings {
 		if s.cmds&cmd != 0 {
 			flags[s.flag] = &flagValue{list: s.list}
-			fs.Var(flags[s.flag], s.flag, s.help)
+			fs.Var(flags[s.flag], s.flagName(cmd), s.help)
 		}
 	}
 	if addFlags != nil {
@@ -436,9 +470,9 @@ func loadConfig(cmd command, args []string, getenv func(string) string, out io.W
 		v := resolve(s, flags, getenv, file)
 		c.values[s.flag] = v
 		if err := s.parseValue(c, v.text); err != nil {
-			errs = append(errs, &settingError{where: s.where(v), err: err})
-		} else if s.required && (v.text == "" || s.list && len(splitList(v.text)) == 0) {
-			errs = append(errs, s.missing())
+			errs = append(errs, &settingError{where: s.where(cmd, v), err: err})
+		} else if s.required&cmd != 0 && (v.text == "" || s.list && len(splitList(v.text)) == 0) {
+			errs = append(errs, s.missing(cmd))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -467,9 +501,9 @@ func (s *setting) parseValue(c *config, v string) error {
 	return nil
 }
 
-// missing is the error for a required setting without a value.
-func (s *setting) missing() error {
-	where := "--" + s.flag + " (or " + s.envName()
+// missing is the error for a setting that cmd requires and that has no value.
+func (s *setting) missing(cmd command) error {
+	where := "--" + s.flagName(cmd) + " (or " + s.envName()
 	if k := s.fileKey(); k != "" {
 		where += ", or " + k + " in the --config file"
 	}
@@ -728,18 +762,27 @@ func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
 			where += ", file key " + k
 		}
 		switch {
-		case s.required:
+		case s.required&cmd != 0:
 			where += ", required"
 		case s.defText != "":
 			where += ", default " + s.defText
 		case s.def != "":
 			where += ", default " + s.def
 		}
-		fmt.Fprintf(w, "  --%s %s\n%s\n%s\n", s.flag, s.arg, wrap(s.help, 88, "      "), wrap(where, 88, "      "))
+		fmt.Fprintf(w, "  --%s %s\n%s\n%s\n", s.flagName(cmd), s.arg, wrap(s.help, 88, "      "), wrap(where, 88, "      "))
 	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := f.Value.(*flagValue); !ok { // a command flag that is not a setting
-			fmt.Fprintf(w, "  --%s\n%s\n", f.Name, wrap(f.Usage, 88, "      "))
+			arg, usage := flag.UnquoteUsage(f)
+			if arg == "value" {
+				arg = ""
+			}
+			switch f.DefValue {
+			case "", "0", "false":
+			default:
+				usage += " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  %s\n%s\n", strings.TrimSpace("--"+f.Name+" "+arg), wrap(usage, 88, "      "))
 		}
 	})
 }
@@ -775,22 +818,43 @@ func settingsMarkdown() string {
 		}
 		return "`" + cell(s) + "`"
 	}
+	// names lists the names of the commands of set, in commandInfo's order.
+	names := func(set command) string {
+		var cmds []string
+		for _, ci := range commandInfo {
+			if set&ci.cmd != 0 {
+				cmds = append(cmds, ci.name)
+			}
+		}
+		return strings.Join(cmds, ", ")
+	}
 	for _, s := range settings {
 		def := code(s.def)
 		switch {
-		case s.required:
+		case s.required == s.cmds:
 			def = "required"
 		case s.defText != "":
 			def = cell(s.defText)
 		}
-		var cmds []string
+		if s.required != 0 && s.required != s.cmds {
+			def = strings.TrimPrefix(def+"; required by "+names(s.required), "; ")
+		}
+		flags := code("--" + s.flag + " " + s.arg)
+		var others []string // the flag's other names, with their commands
+		byName := map[string]command{}
 		for _, ci := range commandInfo {
-			if s.cmds&ci.cmd != 0 {
-				cmds = append(cmds, ci.name)
+			if name := s.flagName(ci.cmd); s.cmds&ci.cmd != 0 && name != s.flag {
+				if byName[name] == 0 {
+					others = append(others, name)
+				}
+				byName[name] |= ci.cmd
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", code("--"+s.flag+" "+s.arg), code(s.envName()),
-			code(s.fileKey()), def, strings.Join(cmds, ", "), cell(s.help))
+		for _, name := range others {
+			flags += fmt.Sprintf(", %s in %s", code("--"+name), names(byName[name]))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", flags, code(s.envName()),
+			code(s.fileKey()), def, names(s.cmds), cell(s.help))
 	}
 	return b.String()
 }

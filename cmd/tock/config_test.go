@@ -264,7 +264,7 @@ func TestLoadConfig_FileErrors(t *testing.T) {
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	for _, ci := range commandInfo {
-		r := runTock(t, t.Context(), nil, "", ci.name, "--help")
+		r := runTock(t, t.Context(), nil, "", append(strings.Fields(ci.name), "--help")...)
 		require.ErrorIs(t, r.err, flag.ErrHelp)
 		require.Contains(t, r.out, "Usage: tock "+ci.name+" [flags]")
 		for _, line := range strings.Split(r.out, "\n") {
@@ -275,7 +275,7 @@ func TestHelp(t *testing.T) {
 				require.NotContains(t, r.out, "--"+s.flag+" ", ci.name)
 				continue
 			}
-			require.Contains(t, r.out, "\n  --"+s.flag+" "+s.arg+"\n", ci.name)
+			require.Contains(t, r.out, "\n  --"+s.flagName(ci.cmd)+" "+s.arg+"\n", ci.name)
 			require.Contains(t, r.out, "env "+s.envName(), ci.name)
 		}
 	}
@@ -285,9 +285,21 @@ func TestHelp(t *testing.T) {
 	require.Contains(t, r.out, "      env TOCK_HTTP, file key http, default 127.0.0.1:8080\n")
 	require.Contains(t, r.out, "      env TOCK_TOKENS, file key tokens\n")
 	require.Contains(t, r.out, "      env TOCK_CONFIG\n")
-	require.Contains(t, r.out, "      env TOCK_SHARDS, file key shards, default the namespace's; 64 for a new one\n")
+	require.Contains(t, r.out, "      env TOCK_SHARDS, file key shards, default the namespace's; for a new one 64\n")
 	r = runTock(t, t.Context(), nil, "", "init", "--help")
 	require.Contains(t, r.out, "  --json\n      print the result as JSON\n")
+	// The snapshot commands: the location setting under its own flag name, required;
+	// command flags with their argument and default.
+	r = runTock(t, t.Context(), nil, "", "snapshot", "export", "--help")
+	require.ErrorIs(t, r.err, flag.ErrHelp)
+	require.Contains(t, r.out, "\n  --to location\n")
+	require.Contains(t, r.out, "      env TOCK_SNAPSHOT_TO, file key snapshot_to, required\n")
+	require.Contains(t, r.out, "\n  --parallel N\n      N shard files written or read at once (default 4)\n")
+	require.NotContains(t, r.out, "--from ")
+	r = runTock(t, t.Context(), nil, "", "snapshot", "ls", "-h")
+	require.ErrorIs(t, r.err, flag.ErrHelp)
+	require.Contains(t, r.out, "\n  --from location\n")
+	require.NotContains(t, r.out, "--redis ")
 }
 
 // TestConfigDoc checks that docs/config.md lists every setting as the table says; run
@@ -323,12 +335,32 @@ func TestSettingsTable(t *testing.T) {
 		require.NotEmpty(t, s.help, s.flag)
 		require.NotEmpty(t, s.arg, s.flag)
 		require.NotZero(t, s.cmds, s.flag)
+		require.Equal(t, s.required, s.required&s.cmds, "%s is required by commands that do not read it", s.flag)
+		for cmd := range s.flagIn {
+			require.NotZero(t, s.cmds&cmd, "%s has a flag name in a command that does not read it", s.flag)
+		}
 		if s.flag != "config" {
 			require.NotNil(t, s.parse, s.flag)
 		}
 		// Every default is valid.
 		if s.def != "" {
 			require.NoError(t, s.parseValue(&config{}, s.def), s.flag)
+		}
+	}
+}
+
+// TestSettingsTable_FlagNames checks that no two settings of a command share a flag.
+func TestSettingsTable_FlagNames(t *testing.T) {
+	t.Parallel()
+	for _, ci := range commandInfo {
+		seen := map[string]string{}
+		for _, s := range settings {
+			if s.cmds&ci.cmd == 0 {
+				continue
+			}
+			name := s.flagName(ci.cmd)
+			require.Empty(t, seen[name], "tock %s: --%s is %s and %s", ci.name, name, seen[name], s.flag)
+			seen[name] = s.flag
 		}
 	}
 }

@@ -33,28 +33,33 @@ const snapshotUsage = `Usage:
 
 LOCATION is a directory, file:///dir, or s3://bucket?region=... (a gocloud.dev/blob URL:
 add endpoint=http://host:9000&use_path_style=true for MinIO, prefix=folder/ for a
-folder; AWS credentials come from the usual environment variables); default
-TOCK_SNAPSHOT_TO. ID is <namespace>/<time> as ls prints it, or <time> for a snapshot of
---namespace, or a namespace for its newest complete snapshot; default the newest
-complete snapshot of --namespace.
+folder; AWS credentials come from the usual environment variables). ID is
+<namespace>/<time> as ls prints it, or <time> for a snapshot of --namespace, or a
+namespace for its newest complete snapshot; default the newest complete snapshot of
+--namespace.
 
-export and restore connect to Redis: --redis host:port[,host:port...] (env TOCK_REDIS),
---redis-username and --redis-password (env TOCK_REDIS_USERNAME, TOCK_REDIS_PASSWORD).
---namespace (env TOCK_NAMESPACE, default tock) names the namespace to export, to
-restore into, or to list.
+Their settings come from flags, environment variables or the --config file as for tock
+server (see docs/config.md): --to and --from are the snapshot_to setting (TOCK_SNAPSHOT_TO),
+export and restore connect to Redis with --redis (TOCK_REDIS), --redis-username and
+--redis-password, and --namespace (TOCK_NAMESPACE, default tock) names the namespace to
+export, to restore into, or to list.
+
+Run 'tock snapshot <command> --help' for the flags of a command.
 `
+
+// snapshotCommands maps the words after tock snapshot to their commands.
+var snapshotCommands = map[string]command{
+	"export": cmdSnapshotExport, "restore": cmdSnapshotRestore, "verify": cmdSnapshotVerify,
+	"ls": cmdSnapshotLs, "list": cmdSnapshotLs,
+}
 
 // snapshotCmd is one tock snapshot command being run.
 type snapshotCmd struct {
 	*cli
-	fs       *flag.FlagSet
-	where    string
-	ns       string
+	cfg      *config
+	ns       string // the namespace; "" for ls --all
 	asJSON   bool
 	parallel int
-	redis    string
-	user     string
-	password string
 }
 
 // runSnapshot runs tock snapshot export|restore|verify|ls.
@@ -63,117 +68,74 @@ func runSnapshot(ctx context.Context, args []string, c *cli) error {
 		fmt.Fprint(c.errOut, snapshotUsage)
 		return flag.ErrHelp
 	}
-	sub, args := args[0], args[1:]
-	s := &snapshotCmd{cli: c, fs: flag.NewFlagSet("tock snapshot "+sub, flag.ContinueOnError)}
-	s.fs.SetOutput(c.errOut)
-	s.fs.Usage = func() {
-		fmt.Fprint(c.errOut, snapshotUsage+"\nFlags of tock snapshot "+sub+":\n")
-		s.fs.PrintDefaults()
+	cmd, ok := snapshotCommands[args[0]]
+	if !ok {
+		return &usageError{fmt.Sprintf("tock snapshot: unknown command %q (want export, restore, verify or ls)", args[0])}
 	}
-	ns := c.getenv("TOCK_NAMESPACE")
-	if ns == "" {
-		ns = "tock"
-	}
-	s.fs.StringVar(&s.ns, "namespace", ns, "the namespace (env TOCK_NAMESPACE)")
-	s.fs.BoolVar(&s.asJSON, "json", false, "print JSON instead of text")
-	switch sub {
-	case "export":
-		s.locationFlag("to", "where the snapshot goes")
-		s.redisFlags()
-		keep := s.fs.Int("keep", 0, "after the export, keep only the newest N complete snapshots of the namespace (0: delete none)")
-		if err := s.parse(args); err != nil {
-			return err
+	s := &snapshotCmd{cli: c}
+	var (
+		keep int
+		ref  string
+		all  bool
+	)
+	cfg, err := loadConfig(cmd, args[1:], c.getenv, c.out, func(fs *flag.FlagSet) {
+		fs.BoolVar(&s.asJSON, "json", false, "print JSON instead of text")
+		fs.IntVar(&s.parallel, "parallel", 4, "`N` shard files written or read at once")
+		switch cmd {
+		case cmdSnapshotExport:
+			fs.IntVar(&keep, "keep", 0, "after the export, keep only the newest `N` complete snapshots of the namespace (0: delete none)")
+		case cmdSnapshotRestore:
+			fs.StringVar(&ref, "snapshot", "", "the `ID` of the snapshot to restore (default: the newest complete one of --namespace)")
+		case cmdSnapshotVerify:
+			fs.StringVar(&ref, "snapshot", "", "the `ID` of the snapshot to check (default: the newest complete one of --namespace)")
+		case cmdSnapshotLs:
+			fs.BoolVar(&all, "all", false, "list the snapshots of every namespace")
 		}
-		if *keep < 0 {
-			return fmt.Errorf("%s: --keep must not be negative, got %d", s.fs.Name(), *keep)
-		}
-		return s.export(ctx, *keep)
-	case "restore":
-		s.locationFlag("from", "where the snapshot is")
-		s.redisFlags()
-		ref := s.fs.String("snapshot", "", "the snapshot to restore (default: the newest complete one of --namespace)")
-		shards := s.fs.Int("shards", 0, "shard count of a new namespace (default: the snapshot's)")
-		bucket := s.fs.Duration("bucket", 0, "due bucket width of a new namespace (default: the snapshot's)")
-		if err := s.parse(args); err != nil {
-			return err
-		}
-		return s.restore(ctx, *ref, *shards, *bucket)
-	case "verify":
-		s.locationFlag("from", "where the snapshot is")
-		ref := s.fs.String("snapshot", "", "the snapshot to check (default: the newest complete one of --namespace)")
-		if err := s.parse(args); err != nil {
-			return err
-		}
-		return s.verify(ctx, *ref)
-	case "ls", "list":
-		s.locationFlag("from", "where the snapshots are")
-		all := s.fs.Bool("all", false, "list the snapshots of every namespace")
-		if err := s.parse(args); err != nil {
-			return err
-		}
-		if *all {
-			s.ns = ""
-		}
-		return s.list(ctx)
-	}
-	return &usageError{fmt.Sprintf("tock snapshot: unknown command %q (want export, restore, verify or ls)", sub)}
-}
-
-func (s *snapshotCmd) locationFlag(name, what string) {
-	s.fs.StringVar(&s.where, name, s.getenv("TOCK_SNAPSHOT_TO"),
-		what+": a directory, file:///dir or s3://bucket?... (env TOCK_SNAPSHOT_TO)")
-	s.fs.IntVar(&s.parallel, "parallel", 4, "shard files written or read at once")
-}
-
-func (s *snapshotCmd) redisFlags() {
-	s.fs.StringVar(&s.redis, "redis", s.getenv("TOCK_REDIS"), "Redis address(es), comma-separated: a server or Cluster nodes (env TOCK_REDIS)")
-	s.fs.StringVar(&s.user, "redis-username", s.getenv("TOCK_REDIS_USERNAME"), "Redis ACL user name (env TOCK_REDIS_USERNAME)")
-	s.fs.StringVar(&s.password, "redis-password", s.getenv("TOCK_REDIS_PASSWORD"), "Redis password (env TOCK_REDIS_PASSWORD)")
-}
-
-// parse parses the flags and checks the ones every command has.
-func (s *snapshotCmd) parse(args []string) error {
-	if err := s.fs.Parse(args); err != nil {
-		return err
-	}
+	})
 	switch {
-	case s.fs.NArg() > 0:
-		return fmt.Errorf("%s: unexpected argument %q", s.fs.Name(), s.fs.Arg(0))
-	case s.where == "":
-		flagName := "--from"
-		if s.fs.Lookup("to") != nil {
-			flagName = "--to"
-		}
-		return fmt.Errorf("%s: %s (or TOCK_SNAPSHOT_TO) is required: a directory, file:///dir or s3://bucket?region=...", s.fs.Name(), flagName)
+	case errors.Is(err, flag.ErrHelp):
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: %w", cmd, err)
 	case s.parallel < 1:
-		return fmt.Errorf("%s: --parallel must be at least 1, got %d", s.fs.Name(), s.parallel)
-	case s.fs.Lookup("redis") != nil && strings.Trim(s.redis, " ,") == "":
-		return fmt.Errorf("%s: --redis (or TOCK_REDIS) is required: address of a Redis server, or of Redis Cluster nodes", s.fs.Name())
+		return fmt.Errorf("%s: --parallel must be at least 1, got %d", cmd, s.parallel)
+	case keep < 0:
+		return fmt.Errorf("%s: --keep must not be negative, got %d", cmd, keep)
 	}
-	return nil
+	s.cfg, s.ns = cfg, cfg.namespace
+	switch cmd {
+	case cmdSnapshotExport:
+		return s.export(ctx, keep)
+	case cmdSnapshotRestore:
+		return s.restore(ctx, ref)
+	case cmdSnapshotVerify:
+		return s.verify(ctx, ref)
+	}
+	if all {
+		s.ns = ""
+	}
+	return s.list(ctx)
+}
+
+// errorf returns an error of the command: "snapshot export: ...".
+func (s *snapshotCmd) errorf(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", s.cfg.cmd, fmt.Errorf(format, args...))
 }
 
 // bucket opens the snapshot location.
 func (s *snapshotCmd) bucket(ctx context.Context) (*blob.Bucket, error) {
-	b, err := snapshot.OpenBucket(ctx, s.where)
+	b, err := snapshot.OpenBucket(ctx, s.cfg.snapshotTo)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return nil, s.errorf("%w", err)
 	}
 	return b, nil
 }
 
 // connect connects to Redis.
 func (s *snapshotCmd) connect() (rueidis.Client, error) {
-	c := &config{redisUsername: s.user, redisPassword: s.password}
-	for _, a := range splitList(s.redis) {
-		if err := checkAddr(a, 1); err != nil {
-			return nil, fmt.Errorf("%s: --redis %q: %w", s.fs.Name(), a, err)
-		}
-		c.redis = append(c.redis, a)
-	}
-	rc, err := c.connect()
+	rc, err := s.cfg.connect()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return nil, s.errorf("%w", err)
 	}
 	return rc, nil
 }
@@ -186,14 +148,14 @@ func (s *snapshotCmd) export(ctx context.Context, keep int) error {
 	defer rc.Close()
 	shards, bucketWidth, ok, err := shard.NamespaceSettings(ctx, rc, s.ns)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	if !ok {
-		return fmt.Errorf("%s: namespace %q does not exist in Redis at %s: nothing to export", s.fs.Name(), s.ns, s.redis)
+		return s.errorf("namespace %q does not exist in Redis at %s: nothing to export", s.ns, strings.Join(s.cfg.redis, ","))
 	}
 	st, err := shard.Open(ctx, rc, shard.Config{Namespace: s.ns, Shards: shards, BucketSize: bucketWidth})
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	b, err := s.bucket(ctx)
 	if err != nil {
@@ -202,12 +164,12 @@ func (s *snapshotCmd) export(ctx context.Context, keep int) error {
 	defer b.Close()
 	m, err := snapshot.Export(ctx, st, b, snapshot.ExportOptions{Parallel: s.parallel})
 	if err != nil {
-		return err
+		return s.errorf("%w", err)
 	}
 	var pruned []string
 	if keep > 0 {
 		if pruned, err = snapshot.Prune(ctx, b, s.ns, keep); err != nil {
-			return fmt.Errorf("snapshot %s written, but: %w", m.ID, err)
+			return s.errorf("snapshot %s written, but: %w", m.ID, err)
 		}
 	}
 	if s.asJSON {
@@ -224,10 +186,7 @@ func (s *snapshotCmd) export(ctx context.Context, keep int) error {
 	return nil
 }
 
-func (s *snapshotCmd) restore(ctx context.Context, ref string, shards int, bucketWidth time.Duration) error {
-	if shards < 0 || bucketWidth < 0 {
-		return fmt.Errorf("%s: --shards and --bucket must not be negative", s.fs.Name())
-	}
+func (s *snapshotCmd) restore(ctx context.Context, ref string) error {
 	b, err := s.bucket(ctx)
 	if err != nil {
 		return err
@@ -235,12 +194,12 @@ func (s *snapshotCmd) restore(ctx context.Context, ref string, shards int, bucke
 	defer b.Close()
 	id, err := snapshot.Resolve(ctx, b, ref, s.ns)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	// Verified before the namespace is opened (which initialises a new one).
 	m, err := snapshot.Verify(ctx, b, id, snapshot.ReadOptions{Parallel: s.parallel})
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	rc, err := s.connect()
 	if err != nil {
@@ -249,32 +208,42 @@ func (s *snapshotCmd) restore(ctx context.Context, ref string, shards int, bucke
 	defer rc.Close()
 	cfg := shard.Config{Namespace: s.ns, Shards: m.Shards, BucketSize: time.Duration(m.BucketMs) * time.Millisecond}
 	have, haveBucket, exists, err := shard.NamespaceSettings(ctx, rc, s.ns)
-	switch {
-	case err != nil:
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
-	case exists && (shards != 0 && shards != have || bucketWidth != 0 && bucketWidth != haveBucket):
-		return fmt.Errorf("%s: namespace %q exists with %d shards and %s buckets, which --shards and --bucket cannot change "+
-			"(leave them out, or restore into another --namespace)", s.fs.Name(), s.ns, have, haveBucket)
-	case exists:
-		cfg.Shards, cfg.BucketSize = have, haveBucket
-	default:
-		if shards != 0 {
-			cfg.Shards = shards
+	if err != nil {
+		return s.errorf("%w", err)
+	}
+	if exists {
+		// An existing namespace keeps its settings: one given that differs is refused.
+		var errs []error
+		if s.cfg.given("shards") && s.cfg.shards != have {
+			errs = append(errs, s.cfg.errorf("shards", "namespace %q exists with %d shards, and its shard count cannot change "+
+				"(leave the setting out to restore into the namespace as it is, or restore into another --namespace)", s.ns, have))
 		}
-		if bucketWidth != 0 {
-			cfg.BucketSize = bucketWidth
+		if s.cfg.given("bucket") && s.cfg.bucket != haveBucket {
+			errs = append(errs, s.cfg.errorf("bucket", "namespace %q exists with %s buckets, and its bucket width cannot change "+
+				"(leave the setting out to restore into the namespace as it is, or restore into another --namespace)", s.ns, shortDuration(haveBucket)))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return s.errorf("%w", err)
+		}
+		cfg.Shards, cfg.BucketSize = have, haveBucket
+	} else {
+		if s.cfg.given("shards") {
+			cfg.Shards = s.cfg.shards
+		}
+		if s.cfg.given("bucket") {
+			cfg.BucketSize = s.cfg.bucket
 		}
 	}
 	st, err := shard.Open(ctx, rc, cfg)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	res, err := snapshot.RestoreVerified(ctx, st, b, m, snapshot.ReadOptions{Parallel: s.parallel})
 	if err != nil {
 		if res != nil && res.Restored > 0 {
 			err = fmt.Errorf("%w (%d jobs were restored; run the same command again to complete the restore)", err, res.Restored)
 		}
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	if s.asJSON {
 		return s.printJSON(struct {
@@ -306,11 +275,11 @@ func (s *snapshotCmd) verify(ctx context.Context, ref string) error {
 	defer b.Close()
 	id, err := snapshot.Resolve(ctx, b, ref, s.ns)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	m, err := snapshot.Verify(ctx, b, id, snapshot.ReadOptions{Parallel: s.parallel})
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	if s.asJSON {
 		return s.printJSON(m)
@@ -327,7 +296,7 @@ func (s *snapshotCmd) list(ctx context.Context) error {
 	defer b.Close()
 	infos, err := snapshot.List(ctx, b, s.ns)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.fs.Name(), err)
+		return s.errorf("%w", err)
 	}
 	if s.asJSON {
 		type entry struct {

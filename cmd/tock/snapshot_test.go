@@ -53,8 +53,12 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 			require.Regexp(t, `^snapshot `+ns+`/\d{8}T\d{6}\.\d{3}Z: 3 jobs in 4 files, \d+ B, in \d`, out)
 			first := strings.Fields(out)[1]
 			first = first[:len(first)-1]
+			// Settings from a config file alone.
+			file := writeConfig(t, "redis:\n"+yamlList(b.Addrs)+"snapshot_to: "+dir+"\nnamespace: "+ns+"\n")
+			r := runTock(t, ctx, map[string]string{"TOCK_CONFIG": file}, "", "snapshot", "export", "--json")
+			require.NoError(t, r.err, r.errOut)
 			var m snapshot.Manifest
-			require.NoError(t, json.Unmarshal([]byte(ok("snapshot", "export", "--namespace", ns, "--json")), &m))
+			require.NoError(t, json.Unmarshal([]byte(r.out), &m))
 			require.Equal(t, int64(3), m.Jobs)
 			require.Equal(t, []string{"q"}, m.PausedQueues)
 			out = ok("snapshot", "export", "--namespace", ns, "--keep", "2")
@@ -85,11 +89,11 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, paused["q"])
 
-			r := tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns)
+			r = tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns)
 			require.ErrorIs(t, r.err, shard.ErrNotEmpty)
 			require.ErrorContains(t, r.err, "namespace holds jobs: \""+ns2+"\"")
 			r = tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns, "--shards", "5")
-			require.ErrorContains(t, r.err, "exists with 3 shards")
+			require.ErrorContains(t, r.err, `snapshot restore: --shards "5": namespace "`+ns2+`" exists with 3 shards`)
 
 			// A damaged snapshot is refused before the namespace is even initialised.
 			infos, err := os.ReadDir(filepath.Join(dir, ns))
@@ -123,14 +127,54 @@ func TestSnapshot_Usage(t *testing.T) {
 	var ue *usageError
 	require.ErrorAs(t, r.err, &ue)
 	r = runTock(t, ctx, none, "", "snapshot", "export", "--redis", "127.0.0.1:1")
-	require.ErrorContains(t, r.err, "--to (or TOCK_SNAPSHOT_TO) is required")
+	require.ErrorContains(t, r.err, "snapshot export: --to (or TOCK_SNAPSHOT_TO, or snapshot_to in the --config file): required: ")
 	r = runTock(t, ctx, map[string]string{"TOCK_SNAPSHOT_TO": t.TempDir()}, "", "snapshot", "restore")
-	require.ErrorContains(t, r.err, "--redis (or TOCK_REDIS) is required")
+	require.ErrorContains(t, r.err, "snapshot restore: --redis (or TOCK_REDIS, or redis in the --config file): required: ")
 	r = runTock(t, ctx, none, "", "snapshot", "ls", "--from", t.TempDir(), "extra")
-	require.ErrorContains(t, r.err, `unexpected argument "extra"`)
+	require.EqualError(t, r.err, `snapshot ls: unexpected argument "extra" (tock snapshot ls --help lists the flags)`)
+	// The settings are validated as for tock server, each named as it was given.
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{none, []string{"ls", "--from", "s3://b%zz"}, `snapshot ls: --from "s3://b%zz": want a directory or a URL`},
+		{map[string]string{"TOCK_SNAPSHOT_TO": "s3://b%zz"}, []string{"verify"}, `snapshot verify: TOCK_SNAPSHOT_TO="s3://b%zz" (env): want a directory or a URL`},
+		{map[string]string{"TOCK_NAMESPACE": "a b"}, []string{"ls", "--from", "x"}, `snapshot ls: TOCK_NAMESPACE="a b" (env): "a b": character ' ' at 1`},
+		{none, []string{"export", "--to", "x", "--redis", "r"}, `snapshot export: --redis "r": want host:port with a port from 1 to 65535`},
+		{none, []string{"restore", "--from", "x", "--redis", "r:1", "--shards", "0"}, `snapshot restore: --shards "0": want a whole number from 1 to 4096`},
+		{none, []string{"restore", "--from", "x", "--redis", "r:1", "--bucket", "60"}, `snapshot restore: --bucket "60": want a duration from 1s to 24h`},
+		{none, []string{"verify", "--from", "x", "--shards", "3"}, `snapshot verify: flag provided but not defined: -shards`},
+		{none, []string{"export", "--from", "x"}, `snapshot export: flag provided but not defined: -from`},
+		{none, []string{"ls", "--from", "x", "--parallel", "0"}, `snapshot ls: --parallel must be at least 1, got 0`},
+		{none, []string{"export", "--to", "x", "--redis", "r:1", "--keep", "-1"}, `snapshot export: --keep must not be negative, got -1`},
+		{map[string]string{"TOCK_REDIS_PASSWORD": "hunter2"}, []string{"export", "--to", "x", "--redis", "r"}, `snapshot export: --redis "r": `},
+	} {
+		r := runTock(t, ctx, tc.env, "", append([]string{"snapshot"}, tc.args...)...)
+		require.ErrorContains(t, r.err, tc.want, "%v %v", tc.env, tc.args)
+		require.NotContains(t, r.err.Error(), "hunter2")
+	}
 	r = runTock(t, ctx, none, "", "snapshot", "ls", "--from", t.TempDir())
 	require.NoError(t, r.err)
 	require.Equal(t, "no snapshots\n", r.errOut)
 	r = runTock(t, ctx, none, "", "snapshot", "verify", "--from", t.TempDir())
 	require.ErrorIs(t, r.err, snapshot.ErrNotFound)
+
+	// A server's config file serves the snapshot commands too; the flag and the
+	// environment come first.
+	file := writeConfig(t, "redis: 127.0.0.1:1\nsnapshot_to: "+t.TempDir()+"\nsnapshot_every: 1h\nnamespace: prod\n"+
+		"tokens: [0123456789abcdef:write]\n")
+	r = runTock(t, ctx, none, "", "snapshot", "ls", "--config", file)
+	require.NoError(t, r.err)
+	require.Equal(t, "no snapshots\n", r.errOut)
+	r = runTock(t, ctx, map[string]string{"TOCK_CONFIG": file}, "", "snapshot", "verify")
+	require.ErrorIs(t, r.err, snapshot.ErrNotFound)
+	require.ErrorContains(t, r.err, "prod")
+	r = runTock(t, ctx, map[string]string{"TOCK_CONFIG": file, "TOCK_NAMESPACE": "other"}, "", "snapshot", "verify", "--from", t.TempDir())
+	require.ErrorIs(t, r.err, snapshot.ErrNotFound)
+	require.ErrorContains(t, r.err, "other")
+	bad := writeConfig(t, "snapshot_to: \"s3://b%zz\"\n")
+	r = runTock(t, ctx, none, "", "snapshot", "ls", "--config", bad)
+	require.EqualError(t, r.err, "snapshot ls: "+bad+` line 1: snapshot_to "s3://b%zz": want a directory or a URL such as `+
+		"file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1")
 }
