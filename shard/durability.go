@@ -115,9 +115,11 @@ const replicatedFanOut = 32
 //
 // On one server (or Sentinel) the commands go as one group, with one WAIT. On a Cluster,
 // a keyless WAIT would go to an arbitrary node, so the commands are grouped by fence key
-// (one group per shard: one slot), the WAIT is routed to the slot's master with SetSlot,
-// and groups run in parallel: one DoMulti per group, so that a replica that does not
-// answer costs Timeout once, not once per shard.
+// (one group per shard: one slot), each group goes on one connection to its slot's master
+// (see doOnOneConn), and groups run in parallel, so that a replica that does not answer
+// costs Timeout once, not once per shard. On a Cluster a command whose slot moved is
+// answered MOVED or ASK (it did not run; its group's WAIT confirms nothing of it), and
+// the caller runs it again (see execute).
 func (s *Store) doReplicated(ctx context.Context, cmds rueidis.Commands, fences []string) ([]rueidis.RedisResult, []error) {
 	res := make([]rueidis.RedisResult, len(cmds))
 	errs := make([]error, len(cmds))
@@ -150,7 +152,7 @@ func (s *Store) doReplicated(ctx context.Context, cmds rueidis.Commands, fences 
 		multi = append(multi,
 			s.c.B().Set().Key(fence).Value("1").Build(),
 			s.c.B().Wait().Numreplicas(int64(d.Replicas)).Timeout(max(d.Timeout.Milliseconds(), 1)).Build().SetSlot(fence))
-		r := s.c.DoMulti(ctx, multi...)
+		r := s.doOnOneConn(ctx, multi)
 		err := d.confirmed(r[len(idx)], r[len(idx)+1])
 		for k, i := range idx {
 			res[i], errs[i] = r[k], err
@@ -173,6 +175,35 @@ func (s *Store) doReplicated(ctx context.Context, cmds rueidis.Commands, fences 
 	}
 	wg.Wait()
 	return res, errs
+}
+
+// doOnOneConn sends multi, whose commands are all of one slot, in order on one
+// connection and returns the replies. A single server's (or Sentinel's) DoMulti does so:
+// a DoMulti that holds a blocking command (WAIT) goes whole on one connection of rueidis's
+// blocking pool. A Cluster's DoMulti does not when the slot moved: it follows each MOVED
+// or ASK reply on its own, sending the script and the fence SET to the new master over
+// other connections while the keyless WAIT stays on the old master, which then confirms
+// writes it never made. On a Cluster multi therefore goes on a dedicated connection to the
+// slot's master, which follows no redirection: a MOVED or ASK reply (the command did not
+// run) comes back as it is, and the slot map is refreshed for the retry (see execute).
+// Like rueidis's own blocking calls, a dedicated connection cut short (context ended,
+// connection lost) is closed, not reused: it may still owe the WAIT's reply.
+func (s *Store) doOnOneConn(ctx context.Context, multi rueidis.Commands) []rueidis.RedisResult {
+	if s.c.Mode() != rueidis.ClientModeCluster {
+		return s.c.DoMulti(ctx, multi...)
+	}
+	var r []rueidis.RedisResult
+	_ = s.c.Dedicated(func(dc rueidis.DedicatedClient) error {
+		r = dc.DoMulti(ctx, multi...)
+		for _, x := range r {
+			if x.NonRedisError() != nil {
+				dc.Close()
+				break
+			}
+		}
+		return nil
+	})
+	return r
 }
 
 // confirmed decodes the replies of a fence SET and its WAIT: nil when enough replicas

@@ -398,51 +398,95 @@ func TestReplicationError_Messages(t *testing.T) {
 	require.ErrorIs(t, err, cause)
 }
 
-// A write whose shard's slot moved to another master since the client last read the slot
-// map is answered MOVED. Its WAIT must be the new master's, on the connection that made
-// the write: a cluster DoMulti would follow the MOVED of the script and of the fence to
-// other connections, leave the keyless WAIT on the old master (whose replicas confirm it
-// at once) and confirm a write that no replica of the new master holds.
+// A write whose slot moved to another master since the client last read the slot map is
+// answered MOVED. Its WAIT must be the new master's, on the connection that made the
+// write: a cluster DoMulti would follow the MOVED of the script and of the fence to other
+// connections, leave the keyless WAIT on the old master (whose replica confirms it at
+// once) and confirm a write that no replica of the new master holds.
 func TestDurability_ClusterSlotMovedIsWaitedForOnTheNewMaster(t *testing.T) {
 	t.Parallel()
 	tp := redistest.StartTopology(t, redistest.TopologyOptions{Masters: 3, Replicas: 1})
 	ctx := context.Background()
 	b := redistest.Backend{Name: redistest.Cluster, Addrs: tp.Seeds()}
 	s := openOn(t, b, shard.Config{Shards: 16, Durability: shard.Durability{Replicas: 1, Timeout: time.Second}})
-	// The client reads the slot map, and the old master's connections write.
-	res, err := s.Create(ctx, []*job.Job{{ID: "warm", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
-	require.NoError(t, err)
-	require.True(t, res[0].Created)
 
 	nodes := map[string]rueidis.Client{}
-	node := func(addr string) rueidis.Client {
+	do := func(addr string, args ...string) rueidis.RedisResult {
 		if nodes[addr] == nil {
 			nodes[addr] = redistest.Backend{Name: redistest.Server, Addrs: []string{addr}}.Client(t)
 		}
-		return nodes[addr]
-	}
-	do := func(addr string, args ...string) rueidis.RedisResult {
-		c := node(addr)
+		c := nodes[addr]
 		return c.Do(ctx, c.B().Arbitrary(args[0]).Args(args[1:]...).Build())
 	}
-	id := s.ShardOf("warm")
-	slot := strconv.Itoa(int(shard.Slot(s.Keys().Prefix(id))))
-	var from, to string
 	var masters []string
 	for _, m := range tp.Masters() {
 		masters = append(masters, m.Addr)
-		n, err := do(m.Addr, "CLUSTER", "COUNTKEYSINSLOT", slot).AsInt64()
+	}
+	// owner returns the master that CLUSTER SLOTS names for slot.
+	owner := func(slot int) string {
+		ranges, err := do(masters[0], "CLUSTER", "SLOTS").ToArray()
 		require.NoError(t, err)
-		if n > 0 {
-			from = m.Addr
-		} else if to == "" {
-			to = m.Addr
+		for _, r := range ranges {
+			f, err := r.ToArray()
+			require.NoError(t, err)
+			lo, _ := f[0].AsInt64()
+			hi, _ := f[1].AsInt64()
+			if int64(slot) >= lo && int64(slot) <= hi {
+				p, err := f[2].ToArray()
+				require.NoError(t, err)
+				host, _ := p[0].ToString()
+				port, _ := p[1].AsInt64()
+				return host + ":" + strconv.FormatInt(port, 10)
+			}
+		}
+		t.Fatalf("no master serves slot %d", slot)
+		return ""
+	}
+	id := s.ShardOf("warm")
+	shardSlot, pausedSlot := shard.Slot(s.Keys().Prefix(id)), shard.Slot(s.Keys().PausedQueues())
+	// to, the master both slots move to, serves neither now.
+	var to string
+	for _, m := range masters {
+		if m != owner(shardSlot) && m != owner(pausedSlot) {
+			to = m
 		}
 	}
-	require.NotEmpty(t, from)
 	require.NotEmpty(t, to)
+	toHost, toPort, _ := strings.Cut(to, ":")
+	toID, err := do(to, "CLUSTER", "MYID").ToString()
+	require.NoError(t, err)
+	// move moves slot and its keys to to, as redis-cli --cluster reshard does.
+	move := func(slot int) {
+		n := strconv.Itoa(slot)
+		from := owner(slot)
+		fromID, err := do(from, "CLUSTER", "MYID").ToString()
+		require.NoError(t, err)
+		require.NoError(t, do(to, "CLUSTER", "SETSLOT", n, "IMPORTING", fromID).Error())
+		require.NoError(t, do(from, "CLUSTER", "SETSLOT", n, "MIGRATING", toID).Error())
+		for {
+			keys, err := do(from, "CLUSTER", "GETKEYSINSLOT", n, "100").AsStrSlice()
+			require.NoError(t, err)
+			if len(keys) == 0 {
+				break
+			}
+			require.NoError(t, do(from, append([]string{"MIGRATE", toHost, toPort, "", "0", "10000", "KEYS"}, keys...)...).Error())
+		}
+		require.NoError(t, do(to, "CLUSTER", "SETSLOT", n, "NODE", toID).Error())
+		for _, m := range masters {
+			if m != to {
+				require.NoError(t, do(m, "CLUSTER", "SETSLOT", n, "NODE", toID).Error())
+			}
+		}
+	}
+
+	// The client reads the slot map, and the old masters' connections write.
+	res, err := s.Create(ctx, []*job.Job{{ID: "warm", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	require.True(t, res[0].Created)
+	_, err = s.PauseQueue(ctx, "mail")
+	require.NoError(t, err)
+
 	// The new master's replica confirms nothing from now on.
-	_, toPort, _ := strings.Cut(to, ":")
 	var frozen *redistest.Node
 	for _, n := range tp.Nodes {
 		repl, err := do(n.Addr, "INFO", "replication").ToString()
@@ -455,65 +499,26 @@ func TestDurability_ClusterSlotMovedIsWaitedForOnTheNewMaster(t *testing.T) {
 	require.NoError(t, frozen.Freeze())
 	t.Cleanup(func() { _ = frozen.Thaw() })
 
-	// move moves a slot and its keys to the new master, as redis-cli --cluster reshard does.
-	toID, err := do(to, "CLUSTER", "MYID").ToString()
-	require.NoError(t, err)
-	toHost, _, _ := strings.Cut(to, ":")
-	move := func(slot string) {
-		var from string // the owner, as CLUSTER SLOTS names it
-		ranges, err := node(to).Do(ctx, node(to).B().ClusterSlots().Build()).ToArray()
-		require.NoError(t, err)
-		n, _ := strconv.ParseInt(slot, 10, 64)
-		for _, r := range ranges {
-			f, _ := r.ToArray()
-			lo, _ := f[0].AsInt64()
-			hi, _ := f[1].AsInt64()
-			if n >= lo && n <= hi {
-				p, _ := f[2].ToArray()
-				host, _ := p[0].ToString()
-				port, _ := p[1].AsInt64()
-				from = host + ":" + strconv.FormatInt(port, 10)
-			}
-		}
-		require.NotEmpty(t, from)
-		if from == to {
-			return
-		}
-		fromID, err := do(from, "CLUSTER", "MYID").ToString()
-		require.NoError(t, err)
-		require.NoError(t, do(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Error())
-		require.NoError(t, do(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Error())
-		for {
-			keys, err := do(from, "CLUSTER", "GETKEYSINSLOT", slot, "100").AsStrSlice()
-			require.NoError(t, err)
-			if len(keys) == 0 {
-				break
-			}
-			require.NoError(t, do(from, append([]string{"MIGRATE", toHost, toPort, "", "0", "10000", "KEYS"}, keys...)...).Error())
-		}
-		require.NoError(t, do(to, "CLUSTER", "SETSLOT", slot, "NODE", toID).Error())
-		for _, m := range masters {
-			if m != to {
-				require.NoError(t, do(m, "CLUSTER", "SETSLOT", slot, "NODE", toID).Error())
-			}
-		}
-	}
-	move(slot)
-	move(strconv.Itoa(int(shard.Slot(s.Keys().PausedQueues()))))
-
-	var id2 string
-	for i := 0; id2 == ""; i++ {
+	move(shardSlot)
+	var moved string
+	for i := 0; moved == ""; i++ {
 		if c := fmt.Sprintf("moved-%d", i); s.ShardOf(c) == id {
-			id2 = c
+			moved = c
 		}
 	}
-	res, err = s.Create(ctx, []*job.Job{{ID: id2, Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	res, err = s.Create(ctx, []*job.Job{{ID: moved, Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
 	requireNotReplicated(t, err, 1, 0)
 	require.True(t, res[0].Created)
 	requireNotReplicated(t, res[0].Err, 1, 0)
-	n, err := do(to, "EXISTS", s.Keys().Job(id, id2)).AsInt64()
+	n, err := do(to, "EXISTS", s.Keys().Job(id, moved)).AsInt64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the job is on the new master")
-	_, err = s.PauseQueue(ctx, "mail")
+
+	// The same for a queue pause (not a script), after the client's map was refreshed.
+	move(pausedSlot)
+	_, err = s.ResumeQueue(ctx, "mail")
 	requireNotReplicated(t, err, 1, 0)
+	n, err = do(to, "SISMEMBER", s.Keys().PausedQueues(), "mail").AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "the queue is resumed on the new master")
 }

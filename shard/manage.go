@@ -628,17 +628,34 @@ func (s *Store) setQueuePaused(ctx context.Context, queue string, pause bool) (b
 	if err := job.ValidateID("queue", queue, job.MaxQueueLen); err != nil {
 		return false, err
 	}
-	cmd, verb := s.c.B().Srem().Key(s.keys.PausedQueues()).Member(queue).Build(), "resume"
+	verb := "resume"
+	build := func() rueidis.Completed { return s.c.B().Srem().Key(s.keys.PausedQueues()).Member(queue).Build() }
 	if pause {
-		cmd, verb = s.c.B().Sadd().Key(s.keys.PausedQueues()).Member(queue).Build(), "pause"
+		verb = "pause"
+		build = func() rueidis.Completed { return s.c.B().Sadd().Key(s.keys.PausedQueues()).Member(queue).Build() }
 	}
 	var r rueidis.RedisResult
 	var replErr error
 	if s.cfg.Durability.Replicas > 0 {
-		res, errs := s.doReplicated(ctx, rueidis.Commands{cmd}, []string{s.keys.Fence(s.keys.PausedQueues())})
-		r, replErr = res[0], errs[0]
+		// A MOVED or ASK comes back from doReplicated (the command did not run): retried as
+		// execute does.
+		fences := []string{s.keys.Fence(s.keys.PausedQueues())}
+		for attempt := 0; ; attempt++ {
+			res, errs := s.doReplicated(ctx, rueidis.Commands{build()}, fences)
+			r, replErr = res[0], errs[0]
+			if re, ok := rueidis.IsRedisErr(r.Error()); !ok || !redirected(re) || attempt == 20 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				r = rueidis.NewErrorResult(ctx.Err())
+			case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+				continue
+			}
+			break
+		}
 	} else {
-		r = s.c.Do(ctx, cmd)
+		r = s.c.Do(ctx, build())
 	}
 	n, err := r.AsInt64()
 	if err != nil {

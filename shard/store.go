@@ -246,8 +246,9 @@ type call struct {
 }
 
 // exec runs the calls in one pipeline with EVALSHA, runs again with EVAL those the server
-// did not know, and retries (bounded) those that met TRYAGAIN or CLUSTERDOWN during a
-// slot migration or failover: such a script did not run, so running it again is safe.
+// did not know, and retries (bounded) those that met TRYAGAIN, CLUSTERDOWN, MOVED or ASK
+// during a slot migration or failover: such a script did not run, so running it again is
+// safe.
 func (s *Store) exec(ctx context.Context, calls ...call) []rueidis.RedisResult {
 	out, _ := s.execute(ctx, false, calls)
 	return out
@@ -316,7 +317,7 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 			case re.IsNoScript() && !useEval[i]:
 				useEval[i] = true
 				again = append(again, i)
-			case (re.IsTryAgain() || re.IsClusterDown()) && attempt < 20:
+			case redirected(re) && attempt < 20:
 				again = append(again, i)
 			}
 		}
@@ -333,6 +334,20 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 		}
 	}
 	return out, replErrs
+}
+
+// redirected reports whether a command met a slot migration or failover and did not run:
+// TRYAGAIN, CLUSTERDOWN, or a MOVED or ASK that reached the caller (a Cluster client
+// follows them itself but on the connections of writes that wait for replicas, see
+// doOnOneConn). Running it again is safe.
+func redirected(re *rueidis.RedisError) bool {
+	if _, ok := re.IsMoved(); ok {
+		return true
+	}
+	if _, ok := re.IsAsk(); ok {
+		return true
+	}
+	return re.IsTryAgain() || re.IsClusterDown()
 }
 
 // exec1 runs one call.
