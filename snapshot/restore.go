@@ -76,7 +76,7 @@ type RestoreResult struct {
 // ready again without using an attempt (they run at least once more); runs in flight of a
 // cancelled job are dropped; every other run is filed where its state says (see
 // lua/restore_jobs.lua). Finished jobs whose retention ended meanwhile are skipped. The
-// paused queues are paused. The store may have another shard count or bucket width than
+// paused queues are paused first, before any job is written. The store may have another shard count or bucket width than
 // the snapshot's: each job goes to the shard its id maps to. Queue counts are rebuilt
 // from what is restored; the count of runs fired starts again from the runs restored
 // ready.
@@ -106,6 +106,13 @@ func RestoreVerified(ctx context.Context, st *shard.Store, b *blob.Bucket, m *Ma
 	if res.Resumed, err = st.BeginRestore(ctx, m.ID); err != nil {
 		return nil, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
 	}
+	// Before any job: a ready run of a paused queue must never be claimable, also while
+	// the restore runs (workers may watch the namespace) or after it stopped half-way.
+	for _, q := range m.PausedQueues {
+		if _, err := st.PauseQueue(ctx, q); err != nil {
+			return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+		}
+	}
 	var mu sync.Mutex
 	err = each(ctx, len(m.Files), opts.Parallel, func(ctx context.Context, i int) error {
 		w := &restoreWriter{st: st, pending: map[shard.ID][]shard.JobRecord{}}
@@ -122,11 +129,6 @@ func RestoreVerified(ctx context.Context, st *shard.Store, b *blob.Bucket, m *Ma
 	})
 	if err != nil {
 		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
-	}
-	for _, q := range m.PausedQueues {
-		if _, err := st.PauseQueue(ctx, q); err != nil {
-			return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
-		}
 	}
 	if err := st.EndRestore(ctx); err != nil {
 		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -263,4 +264,53 @@ func TestRestore_ResumesInterruptedRestore(t *testing.T) {
 	// Once complete, the namespace is like any other that holds jobs.
 	_, err = snapshot.Restore(ctx, cb.dst, cb.bk, cb.m.ID, snapshot.ReadOptions{})
 	require.ErrorIs(t, err, shard.ErrNotEmpty)
+}
+
+// The paused queues are paused before any job is written: a restore that stops half-way
+// (or one that workers watch as it runs) never leaves a ready run of a paused queue
+// claimable.
+func TestRestore_PausesQueuesBeforeWritingJobs(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	b := redistest.Backends(t)[0]
+	rc := b.Client(t)
+	src := open(t, b, rc, shard.Config{Shards: 2})
+	dst := open(t, b, rc, shard.Config{Shards: 2})
+	idOn := func(prefix string, sh shard.ID) string {
+		for i := 0; ; i++ {
+			if id := prefix + strconv.Itoa(i); src.ShardOf(id) == sh {
+				return id
+			}
+		}
+	}
+	held, other := idOn("held-", 0), idOn("other-", 1)
+	_, err := src.Create(ctx, []*job.Job{
+		{ID: held, Type: "t", Queue: "q-paused", Schedule: job.Schedule{Now: true}},
+		{ID: other, Type: "t", Schedule: job.Schedule{Now: true}},
+	})
+	require.NoError(t, err)
+	_, err = src.PauseQueue(ctx, "q-paused")
+	require.NoError(t, err)
+	bk, root := dirBucket(t)
+	m, err := snapshot.Export(ctx, src, bk, snapshot.ExportOptions{})
+	require.NoError(t, err)
+
+	// Shard 1's file is damaged after the check: the restore writes shard 0's jobs, then
+	// stops.
+	m, err = snapshot.Verify(ctx, bk, m.ID, snapshot.ReadOptions{})
+	require.NoError(t, err)
+	f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(m.ID), m.Files[1].Name), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.Write([]byte{0})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	res, err := snapshot.RestoreVerified(ctx, dst, bk, m, snapshot.ReadOptions{Parallel: 1})
+	var ce *snapshot.CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 1, res.Restored)
+	_, err = dst.Get(ctx, held)
+	require.NoError(t, err)
+	paused, err := dst.PausedQueues(ctx)
+	require.NoError(t, err)
+	require.True(t, paused["q-paused"], "the restored run of q-paused must not be claimable")
 }
