@@ -356,17 +356,28 @@ var settings = []*setting{
 			"credentials come from the usual environment variables). tock server and tock dispatcher export " +
 			"to it periodically (with --snapshot-every)",
 		parse: func(c *config, v string) error {
-			if _, err := url.Parse(v); err != nil {
+			u, err := url.Parse(v)
+			if err != nil {
 				return errors.New("want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1")
+			}
+			// The schemes snapshot.OpenBucket opens (a one-letter scheme is a Windows
+			// drive); another one would fail only when the first export starts.
+			if scheme := strings.ToLower(u.Scheme); len(scheme) > 1 && scheme != "file" && scheme != "s3" {
+				return fmt.Errorf("scheme %q: want a directory, file:///dir or s3://bucket?region=...", u.Scheme)
 			}
 			c.snapshotTo = v
 			return nil
 		}},
 	{flag: "snapshot-every", arg: "duration", def: "0", cmds: cmdServer | cmdDispatcher,
-		help: "how often to export a snapshot to --snapshot-to (0: never)",
-		parse: func(c *config, v string) (err error) {
-			c.snapshotEvery, err = parseDuration(v, 0, 0)
-			return err
+		help: "how often to export a snapshot to --snapshot-to (0: never; else 1s or more)",
+		parse: func(c *config, v string) error {
+			// snapshot.RunPeriodic refuses less than 1s.
+			d, err := time.ParseDuration(v)
+			if err != nil || d != 0 && d < time.Second {
+				return errors.New("want 0, or a duration of 1s or more such as 10m or 1h")
+			}
+			c.snapshotEvery = d
+			return nil
 		}},
 	{flag: "snapshot-keep", arg: "N", def: "24", cmds: cmdServer | cmdDispatcher,
 		help: "how many periodic snapshots to keep; older ones are deleted (1 to 100000)",
@@ -678,13 +689,10 @@ func parseCount(v string, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
-// parseDuration parses a Go duration from lo to hi; lo and hi 0 take any duration ≥ 0.
+// parseDuration parses a Go duration from lo to hi.
 func parseDuration(v string, lo, hi time.Duration) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
-	switch {
-	case hi == 0 && (err != nil || d < 0):
-		return 0, errors.New("want a duration such as 90s, 10m or 1h, or 0")
-	case hi != 0 && (err != nil || d < lo || d > hi):
+	if err != nil || d < lo || d > hi {
 		return 0, fmt.Errorf("want a duration from %s to %s, such as 90s or 10m", shortDuration(lo), shortDuration(hi))
 	}
 	return d, nil

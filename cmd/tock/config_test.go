@@ -197,7 +197,12 @@ func TestLoadConfig_Errors(t *testing.T) {
 		{cmdDispatcher, redis, []string{"--name", "a/b"}, `--name "a/b": "a/b": character '/' at 1 is not one of A-Z a-z 0-9 . _ ~ -`},
 		{cmdDispatcher, redis, []string{"--lease-ttl", "100ms"}, `--lease-ttl "100ms": want a duration from 300ms to 1m, such as 90s or 10m`},
 		{cmdDispatcher, redis, []string{"--snapshot-to", "s3://b%zz"}, `--snapshot-to "s3://b%zz": want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1`},
-		{cmdDispatcher, redis, []string{"--snapshot-every", "-1s"}, `--snapshot-every "-1s": want a duration such as 90s, 10m or 1h, or 0`},
+		{cmdDispatcher, redis, []string{"--snapshot-every", "-1s"}, `--snapshot-every "-1s": want 0, or a duration of 1s or more such as 10m or 1h`},
+		// Below 1s snapshot.RunPeriodic refuses to run: the server would run without snapshots.
+		{cmdDispatcher, redis, []string{"--snapshot-to", "x", "--snapshot-every", "500ms"}, `--snapshot-every "500ms": want 0, or a duration of 1s or more such as 10m or 1h`},
+		// A scheme no blob driver opens would only fail when the first export starts.
+		{cmdDispatcher, redis, []string{"--snapshot-to", "gs://bucket"}, `--snapshot-to "gs://bucket": scheme "gs": want a directory, file:///dir or s3://bucket?region=...`},
+		{cmdServer, redis, []string{"--snapshot-to", "https://example.com/x"}, `--snapshot-to "https://example.com/x": scheme "https": want a directory, file:///dir or s3://bucket?region=...`},
 		{cmdDispatcher, redis, []string{"--snapshot-every", "1h"}, `--snapshot-every "1h": --snapshot-to is required to export snapshots`},
 		{cmdDispatcher, redis, []string{"--snapshot-keep", "0"}, `--snapshot-keep "0": want a whole number from 1 to 100000`},
 		{cmdServer, redis, []string{"--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
@@ -379,4 +384,13 @@ func TestHelpers(t *testing.T) {
 	var se *settingError
 	_, err := load(cmdServer, map[string]string{"TOCK_REDIS": "r:1", "TOCK_SHARDS": "x"})
 	require.True(t, errors.As(err, &se))
+	// Locations the snapshot package opens.
+	for _, v := range []string{"/var/lib/tock", "snapshots", "./s", `C:\tock`, "file:///var/lib/tock", "s3://b?region=eu-west-1", "S3://b"} {
+		c, err := load(cmdDispatcher, map[string]string{"TOCK_REDIS": "r:1", "TOCK_SNAPSHOT_TO": v})
+		require.NoError(t, err, v)
+		require.Equal(t, v, c.snapshotTo)
+	}
+	c, err := load(cmdDispatcher, map[string]string{"TOCK_REDIS": "r:1", "TOCK_SNAPSHOT_TO": "d", "TOCK_SNAPSHOT_EVERY": "1s"})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, c.snapshotEvery)
 }
