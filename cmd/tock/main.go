@@ -157,9 +157,11 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 		return fmt.Errorf("dev: start embedded redis on %s: %w", o.addr, err)
 	}
 	defer mr.Close()
-	// miniredis expires keys only when told that time passed.
+	// miniredis expires keys only when told that time passed. The clock runs until
+	// the embedded Redis closes, through the shutdown (lease and run deadlines keep
+	// expiring while the components stop), not only until the signal.
 	clockDone := make(chan struct{})
-	clockCtx, stopClock := context.WithCancel(ctx)
+	clockCtx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(clockDone)
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -194,7 +196,7 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := metrics.QueueDepths(ctx, client.Store().Queues); err != nil {
+	if err := metrics.QueueDepths(context.WithoutCancel(ctx), client.Store().Queues); err != nil {
 		return err
 	}
 	d, err := dispatcher.New(dispatcher.Config{Store: client.Store(), Name: "dev", Logger: logger, Metrics: metrics})

@@ -73,7 +73,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 	if err != nil {
 		return fail(err)
 	}
-	if err := metrics.QueueDepths(ctx, store.Queues); err != nil {
+	// The queue figures are read at each scrape, on a context the signal does not
+	// cancel: the metrics endpoint serves them until its own step of the shutdown.
+	if err := metrics.QueueDepths(context.WithoutCancel(ctx), store.Queues); err != nil {
 		return fail(err)
 	}
 
