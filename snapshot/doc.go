@@ -50,5 +50,6 @@
 // # Retention
 //
 // Prune keeps the newest n complete snapshots of a namespace and deletes everything
-// older, complete or not. RunPeriodic exports and prunes on an interval, for tock server.
+// older, complete or not, but for incomplete snapshots started within IncompleteGrace
+// (their export may still be running). RunPeriodic exports and prunes on an interval, for tock server.
 package snapshot

@@ -145,3 +145,32 @@ func TestRunPeriodic_InvalidConfig(t *testing.T) {
 		require.False(t, errors.Is(err, context.Canceled))
 	}
 }
+
+// An export that started before the newest complete snapshot may still be running (on
+// another server, or by hand): Prune leaves a recent incomplete snapshot alone, whatever
+// its place, and deletes an old one.
+func TestPrune_LeavesRecentIncompleteSnapshots(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	b := redistest.Backends(t)[0]
+	st := open(t, b, b.Client(t), shard.Config{Shards: 2})
+	bk, root := dirBucket(t)
+	ns := st.Config().Namespace
+	first, err := snapshot.Export(ctx, st, bk, snapshot.ExportOptions{})
+	require.NoError(t, err)
+	last, err := snapshot.Export(ctx, st, bk, snapshot.ExportOptions{})
+	require.NoError(t, err)
+	running := ns + "/" + last.Started.Add(-time.Millisecond).UTC().Format("20060102T150405.000Z")
+	failed := ns + "/" + last.Started.Add(-48*time.Hour).UTC().Format("20060102T150405.000Z")
+	for _, id := range []string{running, failed} {
+		dir := filepath.Join(root, filepath.FromSlash(id))
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "shard-0000.ndjson.gz"), []byte("x"), 0o644))
+	}
+	deleted, err := snapshot.Prune(ctx, bk, ns, 1)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{first.ID, failed}, deleted)
+	infos, err := snapshot.List(ctx, bk, ns)
+	require.NoError(t, err)
+	require.Equal(t, []string{last.ID, running}, ids(infos))
+}

@@ -342,9 +342,16 @@ func Delete(ctx context.Context, b *blob.Bucket, id string) error {
 	}
 }
 
-// Prune deletes the snapshots of namespace ns older than its newest keep complete ones,
-// complete or not, and returns their ids. Newer incomplete snapshots are left alone (an
-// export may be running). keep must be at least 1.
+// IncompleteGrace is how long after its start Prune leaves an incomplete snapshot alone:
+// its export may still be running, also when it is older than the newest complete
+// snapshot (another server's export that outlasted its period, a manual export).
+const IncompleteGrace = 24 * time.Hour
+
+// Prune deletes the snapshots of namespace ns older than its newest keep complete ones
+// and returns their ids: the complete ones, and the incomplete ones (or damaged) that
+// started more than IncompleteGrace ago. Newer snapshots, and incomplete ones that
+// started within IncompleteGrace, are left alone (an export may be writing them). keep
+// must be at least 1.
 func Prune(ctx context.Context, b *blob.Bucket, ns string, keep int) ([]string, error) {
 	if keep < 1 {
 		return nil, fmt.Errorf("prune snapshots: keep must be at least 1, got %d", keep)
@@ -360,6 +367,9 @@ func Prune(ctx context.Context, b *blob.Bucket, ns string, keep int) ([]string, 
 			if i.Complete() {
 				complete++
 			}
+			continue
+		}
+		if !i.Complete() && time.Since(i.Time) < IncompleteGrace {
 			continue
 		}
 		if err := Delete(ctx, b, i.ID); err != nil {
