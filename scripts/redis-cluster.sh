@@ -177,6 +177,13 @@ need_binaries() {
 	done
 }
 
+# conf_quote S: S as one argument of a redis.conf line: in double quotes, with
+# backslashes and double quotes escaped (a path may hold spaces).
+conf_quote() {
+	local s=${1//\\/\\\\}
+	printf '"%s"' "${s//\"/\\\"}"
+}
+
 write_conf() {
 	local port=$1 d="$dir/$1"
 	mkdir -p "$d"
@@ -184,10 +191,10 @@ write_conf() {
 # Written by $prog; node $HOST:$port of a local tock Redis Cluster.
 bind $HOST
 port $port
-dir $d
+dir $(conf_quote "$d")
 daemonize yes
-pidfile $d/redis.pid
-logfile $d/redis.log
+pidfile $(conf_quote "$d/redis.pid")
+logfile $(conf_quote "$d/redis.log")
 cluster-enabled yes
 cluster-config-file nodes.conf
 cluster-node-timeout 5000

@@ -156,7 +156,8 @@ func clusterNodes(t *testing.T, port int) []clusterNode {
 
 func TestRedisCluster(t *testing.T) {
 	requireRedis(t)
-	dir := filepath.Join(t.TempDir(), "cluster")
+	// A space in the path: redis.conf must quote it.
+	dir := filepath.Join(t.TempDir(), "tock cluster")
 
 	var base int
 	var up result
