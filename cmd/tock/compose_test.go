@@ -820,6 +820,11 @@ func TestCompose(t *testing.T) {
 		}
 		require.Len(t, create, 2+len(composeRedisNodes)+3, "the cluster create names 6 nodes: %v", create)
 		require.Contains(t, []string{"", "no"}, s.Restart, "a one-shot")
+		// After down and up the containers have new addresses, which the nodes.conf in
+		// the volumes does not know: a formed cluster is introduced again, and a cluster
+		// that does not become healthy fails the init instead of blocking it forever.
+		require.Contains(t, script, "CLUSTER MEET", "redis-cluster-init introduces the nodes of a formed cluster at their current addresses")
+		require.Contains(t, script, "exit 1", "redis-cluster-init gives up on a cluster that does not become healthy")
 	})
 
 	t.Run("Commands", func(t *testing.T) {
