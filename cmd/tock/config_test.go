@@ -233,6 +233,14 @@ func TestLoadConfig_SecretsStayHidden(t *testing.T) {
 	file := writeConfig(t, "redis: r:1\ntokens: [hunter2hunter2hunter2:root]\n")
 	_, err = load(cmdServer, map[string]string{"TOCK_CONFIG": file})
 	require.EqualError(t, err, file+` line 2: tokens: scope "root": want read or write`)
+	// --help shows no value from the environment (tock snapshot's own flags once took
+	// TOCK_REDIS_PASSWORD as their default, which --help printed).
+	env := map[string]string{"TOCK_REDIS_PASSWORD": "hunter2", "TOCK_TOKENS": "hunter2hunter2hunter2:write"}
+	for _, ci := range commandInfo {
+		r := runTock(t, t.Context(), env, "", append(strings.Fields(ci.name), "--help")...)
+		require.ErrorIs(t, r.err, flag.ErrHelp)
+		require.NotContains(t, r.out+r.errOut, "hunter2", ci.name)
+	}
 }
 
 func TestLoadConfig_FileErrors(t *testing.T) {
