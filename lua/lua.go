@@ -94,6 +94,7 @@ type Scripts struct {
 	DeleteDead      *Script
 	ReadJobs        *Script
 	RestoreJobs     *Script
+	InitNamespace   *Script
 }
 
 // Load builds every script. It fails only if an embedded script is malformed.
@@ -118,6 +119,7 @@ func Load() (*Scripts, error) {
 		"delete_dead":      &s.DeleteDead,
 		"read_jobs":        &s.ReadJobs,
 		"restore_jobs":     &s.RestoreJobs,
+		"init_namespace":   &s.InitNamespace,
 	} {
 		src, err := Source(name)
 		if err != nil {

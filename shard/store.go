@@ -102,13 +102,16 @@ type Store struct {
 	scripts  *lua.Scripts
 	bucketMs int64
 
+	// initialised is true when Open recorded the namespace's settings (it was new).
+	initialised bool
+
 	clockMu    sync.Mutex
 	offset     time.Duration // Redis TIME − local clock
 	measuredAt time.Time
 }
 
 // Open initialises the namespace if it is new (recording shard count, bucket width and
-// schema version) and returns a Store, or a *ConfigMismatchError when the namespace was
+// schema version at once, in one script) and returns a Store, or a *ConfigMismatchError when the namespace was
 // initialised with other settings.
 func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
@@ -124,30 +127,26 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: c, cfg: cfg, keys: NewKeys(cfg.Namespace, tags), scripts: scripts, bucketMs: cfg.BucketSize.Milliseconds()}
-	meta := s.keys.Meta()
-	want := map[string]string{
-		"shards": strconv.Itoa(cfg.Shards),
-		"bucket": strconv.FormatInt(s.bucketMs, 10),
-		"schema": strconv.Itoa(SchemaVersion),
-	}
-	cmds := rueidis.Commands{}
-	for _, f := range []string{"shards", "bucket", "schema"} {
-		cmds = append(cmds, c.B().Hsetnx().Key(meta).Field(f).Value(want[f]).Build())
-	}
-	cmds = append(cmds, c.B().Hmget().Key(meta).Field("shards", "bucket", "schema").Build())
-	res := c.DoMulti(ctx, cmds...)
-	for _, r := range res {
-		if err := r.Error(); err != nil {
-			return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
-		}
-	}
-	got, err := res[len(res)-1].AsStrSlice()
+	want := []string{strconv.Itoa(cfg.Shards), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(SchemaVersion)}
+	reply, err := s.exec1(ctx, call{scripts.InitNamespace, []string{s.keys.Meta()}, want}).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
 	}
+	if len(reply) != 4 {
+		return nil, fmt.Errorf("open namespace %q: init_namespace replied %d values, want 4", cfg.Namespace, len(reply))
+	}
+	created, err := reply[0].AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
+	}
+	s.initialised = created == 1
 	for i, f := range []string{"shards", "bucket", "schema"} {
-		if got[i] != want[f] {
-			return nil, &ConfigMismatchError{Namespace: cfg.Namespace, Setting: f, Stored: got[i], Given: want[f]}
+		got, err := reply[i+1].ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
+		}
+		if got != want[i] {
+			return nil, &ConfigMismatchError{Namespace: cfg.Namespace, Setting: f, Stored: got, Given: want[i]}
 		}
 	}
 	if err := s.measureClock(ctx); err != nil {
@@ -155,6 +154,10 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// Initialised reports whether Open initialised the namespace: true when it was new and
+// this Store recorded its settings, false when they were recorded already.
+func (s *Store) Initialised() bool { return s.initialised }
 
 // Shards returns the shard count.
 func (s *Store) Shards() int { return s.cfg.Shards }

@@ -59,6 +59,59 @@ func TestOpen_RefusesOtherShardCount(t *testing.T) {
 	})
 }
 
+// TestOpen_ConcurrentFirstOpensAgree opens a new namespace from many goroutines at once
+// with two different settings: the settings of one of them are recorded whole (never
+// the shard count of one and the bucket width of the other), exactly one Open reports
+// that it initialised the namespace, and every other Open either agrees with it or is
+// refused.
+func TestOpen_ConcurrentFirstOpensAgree(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ns := redistest.Namespace(t, b)
+		c := b.Client(t)
+		cfgs := []shard.Config{
+			{Namespace: ns, Shards: 8, BucketSize: time.Minute},
+			{Namespace: ns, Shards: 16, BucketSize: time.Second},
+		}
+		type result struct {
+			cfg   int
+			store *shard.Store
+			err   error
+		}
+		results := make([]result, 20)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := shard.Open(context.Background(), c, cfgs[i%2])
+				results[i] = result{i % 2, s, err}
+			}()
+		}
+		wg.Wait()
+		initialised, winner := 0, -1
+		for _, r := range results {
+			if r.err == nil && r.store.Initialised() {
+				initialised++
+				winner = r.cfg
+			}
+		}
+		require.Equal(t, 1, initialised)
+		for _, r := range results {
+			if r.cfg == winner {
+				require.NoError(t, r.err)
+				continue
+			}
+			var me *shard.ConfigMismatchError
+			require.ErrorAs(t, r.err, &me)
+		}
+		got, err := c.Do(context.Background(), c.B().Hmget().Key(shard.NewKeys(ns, nil).Meta()).Field("shards", "bucket").Build()).AsStrSlice()
+		require.NoError(t, err)
+		want := cfgs[winner]
+		require.Equal(t, []string{strconv.Itoa(want.Shards), strconv.FormatInt(want.BucketSize.Milliseconds(), 10)}, got)
+	})
+}
+
 func TestCreate_CronJustBeforeOccurrence(t *testing.T) {
 	t.Parallel()
 	nine := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)

@@ -300,16 +300,11 @@ type initResult struct {
 // initNamespace initialises the namespace of c, or checks that it was initialised with
 // the settings c gives (see openStore).
 func initNamespace(ctx context.Context, rc rueidis.Client, c *config) (initResult, error) {
-	meta := shard.NewKeys(c.namespace, nil).Meta()
-	n, err := rc.Do(ctx, rc.B().Exists().Key(meta).Build()).AsInt64()
-	if err != nil {
-		return initResult{}, fmt.Errorf("read namespace %q: %w", c.namespace, err)
-	}
 	store, err := openStore(ctx, rc, c)
 	if err != nil {
 		return initResult{}, err
 	}
-	return initResult{Namespace: c.namespace, Created: n == 0, Shards: store.Shards(),
+	return initResult{Namespace: c.namespace, Created: store.Initialised(), Shards: store.Shards(),
 		Bucket: shortDuration(store.Config().BucketSize), Schema: shard.SchemaVersion}, nil
 }
 
