@@ -55,8 +55,8 @@ Usage:
   tock bench fire|throughput|memory|ingest [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
 
-server, ingest, dispatcher and init read each setting from a flag, an environment variable
-(TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config FILE or TOCK_CONFIG); see
+server, ingest, dispatcher, init and snapshot read each setting from a flag, an environment
+variable (TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config FILE or TOCK_CONFIG); see
 docs/config.md. SIGINT or SIGTERM stops them gracefully, in order: the API, the
 dispatcher, periodic snapshots, the Redis client; a second signal exits at once.
 
