@@ -3,8 +3,9 @@
 // Package failtest kills parts of a running tock deployment and counts what that cost:
 // runs lost and runs handled twice. It runs on its own Redis Cluster of 3 masters with
 // a replica each and AOF on (redistest.StartTopology), with two dispatcher processes
-// and two worker processes (this test binary started again in another role), while a
-// producer creates one-time jobs at a steady rate. Each scenario kills one thing with
+// (the real binary: `tock dispatcher`, given one seed node) and two worker processes
+// (this test binary started again as a worker), while a producer creates one-time jobs
+// at a steady rate. Each scenario kills one thing with
 // SIGKILL halfway through: a dispatcher, a worker, or a Redis master.
 //
 // Expected: a dispatcher kill loses and doubles nothing (another dispatcher takes the
@@ -40,7 +41,6 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
@@ -49,7 +49,7 @@ import (
 
 // Environment of a child process.
 const (
-	envRole      = "TOCK_FAILTEST_ROLE" // dispatcher or worker
+	envRole      = "TOCK_FAILTEST_ROLE" // worker
 	envSeeds     = "TOCK_FAILTEST_SEEDS"
 	envNamespace = "TOCK_FAILTEST_NAMESPACE"
 	envOut       = "TOCK_FAILTEST_OUT" // worker: file of handled runs
@@ -58,19 +58,17 @@ const (
 
 const (
 	shards      = 16
-	rate        = 250             // jobs created per second
-	produceFor  = 8 * time.Second // how long the producer runs
-	faultAfter  = 3 * time.Second // when the fault happens, from the producer's start
-	dueAfter    = time.Second     // each job is due this long after its creation
-	visibility  = 2 * time.Second // a killed worker's runs come back after about this
-	handlerTime = 30 * time.Millisecond
-	settle      = 45 * time.Second // how long to wait for the last runs after producing
+	rate        = 250                    // jobs created per second
+	produceFor  = 8 * time.Second        // how long the producer runs
+	faultAfter  = 3 * time.Second        // when the fault happens, from the producer's start
+	dueAfter    = time.Second            // each job is due this long after its creation
+	visibility  = 2 * time.Second        // a killed worker's runs come back after about this
+	handlerTime = 100 * time.Millisecond // a worker holds about rate*handlerTime/2 runs
+	settle      = 45 * time.Second       // how long to wait for the last runs after producing
 )
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(envRole) {
-	case "dispatcher":
-		os.Exit(child(runDispatcher))
 	case "worker":
 		os.Exit(child(runWorker))
 	}
@@ -99,18 +97,6 @@ func child(role func(ctx context.Context, store *shard.Store, logger *slog.Logge
 	return 0
 }
 
-func runDispatcher(ctx context.Context, store *shard.Store, logger *slog.Logger) error {
-	d, err := dispatcher.New(dispatcher.Config{Store: store, Name: os.Getenv(envName), LeaseTTL: time.Second, Logger: logger})
-	if err != nil {
-		return err
-	}
-	if err := d.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return d.Stop(context.Background())
-}
-
 // runWorker records every handler start as a line "<job id> <attempt>" in the file
 // named by envOut, written with one write(2) each, so a SIGKILL loses none.
 func runWorker(ctx context.Context, store *shard.Store, logger *slog.Logger) error {
@@ -119,7 +105,7 @@ func runWorker(ctx context.Context, store *shard.Store, logger *slog.Logger) err
 		return err
 	}
 	defer f.Close()
-	w, err := worker.New(worker.Config{Store: store, ID: os.Getenv(envName), Concurrency: 16, Sweep: 500 * time.Millisecond, Logger: logger})
+	w, err := worker.New(worker.Config{Store: store, ID: os.Getenv(envName), Concurrency: 64, Sweep: 500 * time.Millisecond, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -152,6 +138,7 @@ type figures struct {
 	Durability string `json:"durability"`
 	Created    int    `json:"created"`    // jobs accepted (Create returned no error)
 	Refused    int    `json:"refused"`    // jobs whose create still failed after retries
+	Retried    int    `json:"retried"`    // creates that failed at first and were sent again
 	Handled    int    `json:"handled"`    // handler starts, all attempts
 	Lost       int    `json:"lost"`       // accepted jobs never handled
 	Duplicated int    `json:"duplicated"` // handler starts beyond the first, per job
@@ -167,22 +154,36 @@ type proc struct {
 type deployment struct {
 	t           *testing.T
 	tp          *redistest.Topology
+	tock        string // the tock binary
 	ns          string
 	dir         string
 	dispatchers []*proc
 	workers     []*proc
 }
 
-func (d *deployment) start(role, name string) *proc {
+// startWorker starts this test binary as a worker process.
+func (d *deployment) startWorker(name string) *proc {
 	exe, err := os.Executable()
 	require.NoError(d.t, err)
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(),
-		envRole+"="+role, envName+"="+name,
+		envRole+"=worker", envName+"="+name,
 		envSeeds+"="+strings.Join(d.tp.Seeds(), ","),
 		envNamespace+"="+d.ns,
 		envOut+"="+filepath.Join(d.dir, name+".runs"),
 	)
+	return d.start(name, cmd)
+}
+
+// startDispatcher runs `tock dispatcher` with one seed node: the client finds the rest
+// of the cluster from it.
+func (d *deployment) startDispatcher(name string) *proc {
+	cmd := exec.Command(d.tock, "dispatcher", "--name", name, "--lease-ttl", "1s", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "TOCK_REDIS="+d.tp.Seeds()[0], "TOCK_NAMESPACE="+d.ns)
+	return d.start(name, cmd)
+}
+
+func (d *deployment) start(name string, cmd *exec.Cmd) *proc {
 	logf, err := os.Create(filepath.Join(d.dir, name+".log"))
 	require.NoError(d.t, err)
 	defer logf.Close()
@@ -248,6 +249,10 @@ func TestFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills processes of a 6-node cluster for a few minutes")
 	}
+	tock := filepath.Join(t.TempDir(), "tock")
+	if out, err := exec.Command("go", "build", "-o", tock, "github.com/tockhq/tock/cmd/tock").CombinedOutput(); err != nil {
+		t.Fatalf("go build tock: %v\n%s", err, out)
+	}
 	tp := redistest.StartTopology(t, redistest.TopologyOptions{AOF: true, NodeTimeout: time.Second})
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: tp.Seeds(), DisableCache: true})
 	require.NoError(t, err)
@@ -259,20 +264,20 @@ func TestFailures(t *testing.T) {
 		fault      func(d *deployment) error
 	}{
 		{"kill -9 dispatcher", shard.Durability{}, func(d *deployment) error { kill(d.dispatchers[0]); return nil }},
-		{"kill -9 worker", shard.Durability{}, func(d *deployment) error { kill(d.workers[0]); return nil }},
+		{"kill -9 worker", shard.Durability{}, killWorker},
 		{"kill -9 redis master", shard.Durability{}, killMaster},
 		{"kill -9 redis master", shard.Durability{Replicas: 1, Timeout: 2 * time.Second}, killMaster},
 	}
 	for i, sc := range scenarios {
 		t.Run(sc.name+" "+sc.durability.String(), func(t *testing.T) {
-			d := &deployment{t: t, tp: tp, ns: fmt.Sprintf("fail%d%s", i, strconv.FormatInt(time.Now().UnixNano()%1e6, 36)), dir: t.TempDir()}
+			d := &deployment{t: t, tp: tp, tock: tock, ns: fmt.Sprintf("fail%d%s", i, strconv.FormatInt(time.Now().UnixNano()%1e6, 36)), dir: t.TempDir()}
 			store, err := shard.Open(context.Background(), rc, shard.Config{Namespace: d.ns, Shards: shards, Durability: sc.durability})
 			require.NoError(t, err)
 			for _, n := range []string{"dispatcher-a", "dispatcher-b"} {
-				d.dispatchers = append(d.dispatchers, d.start("dispatcher", n))
+				d.dispatchers = append(d.dispatchers, d.startDispatcher(n))
 			}
 			for _, n := range []string{"worker-a", "worker-b"} {
-				d.workers = append(d.workers, d.start("worker", n))
+				d.workers = append(d.workers, d.startWorker(n))
 			}
 			f := run(t, d, store, sc.fault)
 			f.Scenario, f.Durability = sc.name, sc.durability.String()
@@ -298,6 +303,7 @@ func run(t *testing.T, d *deployment, store *shard.Store, fault func(*deployment
 		mu       sync.Mutex
 		accepted = map[string]bool{}
 		refused  int
+		retried  int
 		wg       sync.WaitGroup
 	)
 	start := time.Now()
@@ -313,13 +319,16 @@ func run(t *testing.T, d *deployment, store *shard.Store, fault func(*deployment
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok := createRetrying(ctx, store, &job.Job{ID: id, Type: "chaos", Visibility: visibility, Retry: job.RetryPolicy{InitialBackoff: 100 * time.Millisecond}, Schedule: job.Schedule{At: time.Now().Add(dueAfter)}})
+			ok, attempts := createRetrying(ctx, store, &job.Job{ID: id, Type: "chaos", Visibility: visibility, Retry: job.RetryPolicy{InitialBackoff: 100 * time.Millisecond}, Schedule: job.Schedule{At: time.Now().Add(dueAfter)}})
 			mu.Lock()
 			defer mu.Unlock()
 			if ok {
 				accepted[id] = true
 			} else {
 				refused++
+			}
+			if attempts > 1 {
+				retried++
 			}
 		}()
 	}
@@ -347,7 +356,7 @@ func run(t *testing.T, d *deployment, store *shard.Store, fault func(*deployment
 	d.stopAll()
 
 	counts, total := d.handled()
-	f := figures{Created: len(accepted), Refused: refused, Handled: total}
+	f := figures{Created: len(accepted), Refused: refused, Retried: retried, Handled: total}
 	for id := range accepted {
 		if counts[id] == 0 {
 			f.Lost++
@@ -377,16 +386,29 @@ func drained(ctx context.Context, store *shard.Store) bool {
 }
 
 // createRetrying creates j, retrying with the same id (creates are idempotent by id)
-// while the cluster fails over; it reports whether the create was accepted.
-func createRetrying(ctx context.Context, store *shard.Store, j *job.Job) bool {
-	for attempt := 0; attempt < 40; attempt++ {
+// while the cluster fails over; it reports whether the create was accepted, and after
+// how many attempts.
+func createRetrying(ctx context.Context, store *shard.Store, j *job.Job) (bool, int) {
+	const attempts = 40
+	for attempt := 1; attempt <= attempts; attempt++ {
 		res, err := store.Create(ctx, []*job.Job{j})
 		if err == nil && res[0].Err == nil {
-			return true
+			return true, attempt
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	return false
+	return false, attempts
+}
+
+// killWorker kills the first worker, which must have started runs by then (so the
+// scenario tests something).
+func killWorker(d *deployment) error {
+	kill(d.workers[0])
+	b, err := os.ReadFile(filepath.Join(d.dir, d.workers[0].name+".runs"))
+	if err != nil || len(b) == 0 {
+		return fmt.Errorf("the killed worker had run nothing (%v)", err)
+	}
+	return nil
 }
 
 // killMaster kills the master of a slot with SIGKILL, waits for its replica to take
