@@ -111,8 +111,8 @@ type Store struct {
 }
 
 // Open initialises the namespace if it is new (recording shard count, bucket width and
-// schema version at once, in one script) and returns a Store, or a *ConfigMismatchError when the namespace was
-// initialised with other settings.
+// schema version at once, in one script) and returns a Store, or a *ConfigMismatchError
+// when the namespace was initialised with other settings.
 func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
