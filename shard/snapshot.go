@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,21 +35,109 @@ const (
 	// restoreBatch and restoreBatchBytes bound the jobs one restore_jobs call writes.
 	restoreBatch      = 200
 	restoreBatchBytes = 1 << 20
-	// snapshotScanCount is the COUNT of the SCANs that list a shard's jobs. A SCAN for one
-	// shard's keys visits the keys of every shard on the node, so it is larger than
-	// List's: it returns about 1/(shards on the node) of what it visits.
+	// snapshotScanCount is the COUNT of the SCANs that list jobs (ScanAllJobs, ScanJobs,
+	// Empty). It is larger than List's: these SCANs run to the end, and a SCAN for one
+	// shard's keys visits the keys of every shard on the node, returning about
+	// 1/(shards on the node) of what it visits.
 	snapshotScanCount = 2000
 )
 
 // ErrNotEmpty is returned by BeginRestore when the namespace holds jobs.
 var ErrNotEmpty = errors.New("namespace holds jobs")
 
+// ScanAllJobs calls fn with the ids of every job of the namespace and the shard of each:
+// it runs one SCAN over each primary, whose MATCH covers the job keys of all shards, and
+// maps the hash tag of each key back to its shard, so each key of each primary is visited
+// once however many shards the primary serves (ScanJobs, called for each shard, would
+// visit the primary's keys once per shard). fn is called from the caller's goroutine,
+// once per shard that a SCAN batch holds jobs of, in shard order within a batch; it may
+// keep jobIDs. Its error stops the scan and is returned. Keys of the namespace whose tag
+// names no shard of it are left out. As with ScanJobs, a job that exists throughout the
+// scan is listed at least once: rarely twice, when Redis resized its table meanwhile. One
+// created or removed meanwhile may or may not be.
+func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string) error) error {
+	addrs, nodes, err := Primaries(ctx, s.c)
+	if err != nil {
+		return fmt.Errorf("scan jobs: %w", err)
+	}
+	shards := make(map[string]ID, len(s.keys.prefixes))
+	for i, p := range s.keys.prefixes {
+		shards[p] = ID(i)
+	}
+	match := s.jobMatch()
+	for _, addr := range addrs {
+		n := nodes[addr]
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(snapshotScanCount).Build()).AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("scan jobs on %s: %w", addr, err)
+			}
+			batch := map[ID][]string{}
+			for _, k := range e.Elements {
+				if id, jobID, ok := s.splitJobKey(shards, k); ok {
+					batch[id] = append(batch[id], jobID)
+				}
+			}
+			ids := make([]ID, 0, len(batch))
+			for id := range batch {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			for _, id := range ids {
+				if err := fn(id, batch[id]); err != nil {
+					return err
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// jobMatch is the SCAN pattern matching the job keys of every shard of the namespace:
+// `<ns>:v1:{*}:job:*`, the namespace's glob characters escaped. It may match other keys
+// of the namespace too (a '*' spans ':' and '}'); splitJobKey tells them apart.
+func (s *Store) jobMatch() string {
+	var b strings.Builder
+	for _, c := range s.keys.global() {
+		switch c {
+		case '*', '?', '[', ']', '\\', '^':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String() + "{*}:job:*"
+}
+
+// splitJobKey returns the shard and job id of key when it is the key of a job of one of
+// the shards (keyed by their Keys.Prefix): `<prefix>job:<id>`.
+func (s *Store) splitJobKey(shards map[string]ID, key string) (ID, string, bool) {
+	g := s.keys.global()
+	if !strings.HasPrefix(key, g+"{") {
+		return 0, "", false
+	}
+	end := strings.IndexByte(key[len(g):], '}')
+	if end < 0 {
+		return 0, "", false
+	}
+	prefix := key[:len(g)+end+1] + ":" // `<ns>:v1:{<tag>}:`, as Keys.Prefix
+	id, ok := shards[prefix]
+	if !ok || !strings.HasPrefix(key, prefix+"job:") || len(key) == len(prefix)+len("job:") {
+		return 0, "", false
+	}
+	return id, key[len(prefix)+len("job:"):], true
+}
+
 // ScanJobs calls fn with the ids of the jobs of shard id, a SCAN batch at a time (fn is
 // called from the caller's goroutine; its error stops the scan and is returned). It visits
 // the primary serving the shard's slot (every primary when the Cluster's slot map does
 // not name it). A job that exists throughout the scan is listed at least once: rarely
 // twice, when Redis resized its table meanwhile. One created or removed meanwhile may or
-// may not be.
+// may not be. To list every shard, ScanAllJobs visits each key once instead of once per
+// shard.
 func (s *Store) ScanJobs(ctx context.Context, id ID, fn func(jobIDs []string) error) error {
 	addrs, nodes, err := s.nodesOf(ctx, id)
 	if err != nil {
@@ -208,7 +297,7 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("check the namespace is empty: %w", err)
 	}
-	match := s.keys.global() + "{*}:job:*"
+	match := s.jobMatch()
 	for _, addr := range addrs {
 		n := nodes[addr]
 		var cursor uint64

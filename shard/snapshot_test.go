@@ -2,11 +2,14 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/internal/redistest"
@@ -56,6 +59,98 @@ func TestScanJobs_ListsEachShardsJobs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// ScanAllJobs lists every job of the namespace once, with its shard, and nothing else: not
+// the jobs of a namespace whose name starts with this one's, not other keys of the
+// namespace that the SCAN pattern matches too. The namespace holds '.', '-' and '~'.
+func TestScanAllJobs_EachJobOnceWithItsShard(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx := context.Background()
+		c := b.Client(t)
+		base := redistest.Namespace(t, b)
+		openNS := func(ns string, shards int) *shard.Store {
+			t.Cleanup(func() { unlinkAll(t, c, ns+":*") })
+			s, err := shard.Open(ctx, c, shard.Config{Namespace: ns, Shards: shards})
+			require.NoError(t, err)
+			return s
+		}
+		s := openNS(base+".a-b~c", 12)
+		others := []*shard.Store{openNS(base+".a-b~c0", 12), openNS(base, 3)}
+
+		create := func(s *shard.Store, n int) map[shard.ID][]string {
+			want := map[shard.ID][]string{}
+			var jobs []*job.Job
+			for i := range n {
+				id := "j-" + strconv.Itoa(i) + ".x~"
+				jobs = append(jobs, &job.Job{ID: id, Type: "t", Schedule: job.Schedule{Delay: time.Hour}})
+				want[s.ShardOf(id)] = append(want[s.ShardOf(id)], id)
+			}
+			res, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+			for _, r := range res {
+				require.True(t, r.Created, r.ID)
+			}
+			return want
+		}
+		want := create(s, 500)
+		for _, o := range others {
+			create(o, 50)
+		}
+		// Keys of the namespace that the SCAN pattern matches but that are no job's.
+		k := s.Keys()
+		for _, key := range []string{
+			k.Ready(3, "q}:job:stray"),
+			strings.Replace(k.Job(0, "unknown-tag"), k.Prefix(0), s.Config().Namespace+":v1:{nope}:", 1),
+			k.Prefix(5) + "job:",
+		} {
+			require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("1").Build()).Error(), key)
+		}
+
+		got := map[shard.ID][]string{}
+		calls := 0
+		require.NoError(t, s.ScanAllJobs(ctx, func(id shard.ID, ids []string) error {
+			calls++
+			require.NotEmpty(t, ids)
+			got[id] = append(got[id], ids...)
+			return nil
+		}))
+		require.Len(t, got, len(want))
+		for id, ids := range want {
+			sort.Strings(ids)
+			sort.Strings(got[id])
+			require.Equal(t, ids, got[id], "shard %d: each job once", id)
+		}
+
+		// fn's error stops the scan and is returned.
+		stop := errors.New("stop")
+		n := 0
+		err := s.ScanAllJobs(ctx, func(shard.ID, []string) error { n++; return stop })
+		require.ErrorIs(t, err, stop)
+		require.Equal(t, 1, n)
+	})
+}
+
+// unlinkAll deletes the keys matching pattern on every primary.
+func unlinkAll(t *testing.T, c rueidis.Client, pattern string) {
+	ctx := context.Background()
+	addrs, nodes, err := shard.Primaries(ctx, c)
+	require.NoError(t, err)
+	for _, addr := range addrs {
+		n := nodes[addr]
+		var cursor uint64
+		for {
+			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			require.NoError(t, err)
+			for _, key := range e.Elements {
+				require.NoError(t, c.Do(ctx, c.B().Unlink().Key(key).Build()).Error()) // routed by slot
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
 }
 
 func TestRestoreJobs_IdempotentAndExpiry(t *testing.T) {

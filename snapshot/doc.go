@@ -24,14 +24,16 @@
 //
 // # Consistency
 //
-// Export does not block Redis: it lists each shard's jobs with SCAN and reads them a few
-// hundred at a time with a script that reads each job whole (lua/read_jobs.lua). Each job
-// in a snapshot is therefore self-consistent, but jobs are read at different moments
-// between the manifest's Started and Finished: a snapshot is a fuzzy point in time. A job
-// created during the export may be missing, a job removed during it may be present, a
-// job that changed may appear in its state before or after the change. Runs are not
-// stored apart from their jobs: where a run is filed (due bucket, ready set, in flight,
-// dead-letter set) follows from its job's hash.
+// Export does not block Redis: it lists the jobs of every shard with one SCAN per primary,
+// which visits each key once however many shards the primary serves (the hash tag of a
+// key names its shard), spools the ids per shard to temporary files (bounded memory), then
+// reads the jobs a few hundred at a time with a script that reads each job whole
+// (lua/read_jobs.lua) as it writes each shard's file. Each job in a snapshot is therefore
+// self-consistent, but jobs are read at different moments between the manifest's Started
+// and Finished: a snapshot is a fuzzy point in time. A job created during the export may
+// be missing, a job removed during it may be present, a job that changed may appear in its
+// state before or after the change. Runs are not stored apart from their jobs: where a run
+// is filed (due bucket, ready set, in flight, dead-letter set) follows from its job's hash.
 //
 // # Restore
 //
