@@ -35,10 +35,8 @@ const (
 	// restoreBatch and restoreBatchBytes bound the jobs one restore_jobs call writes.
 	restoreBatch      = 200
 	restoreBatchBytes = 1 << 20
-	// snapshotScanCount is the COUNT of the SCANs that list jobs (ScanAllJobs, ScanJobs,
-	// Empty). It is larger than List's: these SCANs run to the end, and a SCAN for one
-	// shard's keys visits the keys of every shard on the node, returning about
-	// 1/(shards on the node) of what it visits.
+	// snapshotScanCount is the COUNT of the SCANs that list jobs (ScanAllJobs, Empty). It
+	// is larger than List's: these SCANs run to the end of the keyspace.
 	snapshotScanCount = 2000
 )
 
@@ -48,13 +46,13 @@ var ErrNotEmpty = errors.New("namespace holds jobs")
 // ScanAllJobs calls fn with the ids of every job of the namespace and the shard of each:
 // it runs one SCAN over each primary, whose MATCH covers the job keys of all shards, and
 // maps the hash tag of each key back to its shard, so each key of each primary is visited
-// once however many shards the primary serves (ScanJobs, called for each shard, would
-// visit the primary's keys once per shard). fn is called from the caller's goroutine,
-// once per shard that a SCAN batch holds jobs of, in shard order within a batch; it may
-// keep jobIDs. Its error stops the scan and is returned. Keys of the namespace whose tag
-// names no shard of it are left out. As with ScanJobs, a job that exists throughout the
-// scan is listed at least once: rarely twice, when Redis resized its table meanwhile. One
-// created or removed meanwhile may or may not be.
+// once however many shards the primary serves (a SCAN per shard would visit the
+// primary's keys once per shard: Redis 7.0 has no SCAN of one slot). fn is called from
+// the caller's goroutine, once per shard that a SCAN batch holds jobs of, in shard order
+// within a batch; it may keep jobIDs. Its error stops the scan and is returned. Keys of
+// the namespace whose tag names no shard of it are left out. A job that exists
+// throughout the scan is listed at least once: rarely twice, when Redis resized its
+// table meanwhile. One created or removed meanwhile may or may not be.
 func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string) error) error {
 	addrs, nodes, err := Primaries(ctx, s.c)
 	if err != nil {
@@ -129,76 +127,6 @@ func (s *Store) splitJobKey(shards map[string]ID, key string) (ID, string, bool)
 		return 0, "", false
 	}
 	return id, key[len(prefix)+len("job:"):], true
-}
-
-// ScanJobs calls fn with the ids of the jobs of shard id, a SCAN batch at a time (fn is
-// called from the caller's goroutine; its error stops the scan and is returned). It visits
-// the primary serving the shard's slot (every primary when the Cluster's slot map does
-// not name it). A job that exists throughout the scan is listed at least once: rarely
-// twice, when Redis resized its table meanwhile. One created or removed meanwhile may or
-// may not be. To list every shard, ScanAllJobs visits each key once instead of once per
-// shard.
-func (s *Store) ScanJobs(ctx context.Context, id ID, fn func(jobIDs []string) error) error {
-	addrs, nodes, err := s.nodesOf(ctx, id)
-	if err != nil {
-		return fmt.Errorf("scan jobs of shard %d: %w", id, err)
-	}
-	prefix := s.keys.Job(id, "")
-	for _, addr := range addrs {
-		n := nodes[addr]
-		var cursor uint64
-		for {
-			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(prefix+"*").Count(snapshotScanCount).Build()).AsScanEntry()
-			if err != nil {
-				return fmt.Errorf("scan jobs of shard %d on %s: %w", id, addr, err)
-			}
-			if len(e.Elements) > 0 {
-				ids := make([]string, len(e.Elements))
-				for i, k := range e.Elements {
-					ids[i] = strings.TrimPrefix(k, prefix)
-				}
-				if err := fn(ids); err != nil {
-					return err
-				}
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
-		}
-	}
-	return nil
-}
-
-// nodesOf returns the primaries a SCAN for shard id's keys must visit, and the clients of
-// all nodes: the one primary of a single server; in a Cluster, the primary that CLUSTER
-// SLOTS names for the shard's slot, or every primary when it names none of them.
-func (s *Store) nodesOf(ctx context.Context, id ID) ([]string, map[string]rueidis.Client, error) {
-	addrs, nodes, err := Primaries(ctx, s.c)
-	if err != nil || len(addrs) == 1 {
-		return addrs, nodes, err
-	}
-	slot := int64(Slot(s.keys.Prefix(id)))
-	n := nodes[addrs[0]]
-	ranges, err := n.Do(ctx, n.B().ClusterSlots().Build()).ToArray()
-	if err != nil {
-		return nil, nil, fmt.Errorf("cluster slots: %w", err)
-	}
-	// Each range: start, end, then the primary as [host, port, ...], then its replicas.
-	for _, r := range ranges {
-		f := arr(r)
-		if len(f) < 3 || slot < i64(f[0]) || slot > i64(f[1]) {
-			continue
-		}
-		if p := arr(f[2]); len(p) >= 2 {
-			addr := str(p[0]) + ":" + strconv.FormatInt(i64(p[1]), 10)
-			for _, a := range addrs {
-				if a == addr {
-					return []string{a}, nodes, nil
-				}
-			}
-		}
-	}
-	return addrs, nodes, nil
 }
 
 // ReadJobs reads whole jobs of shard id: each job with its hash and expiry in one atomic

@@ -17,7 +17,7 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-func TestScanJobs_ListsEachShardsJobs(t *testing.T) {
+func TestScanAllJobs_ReadJobs(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		t.Parallel()
 		ctx := context.Background()
@@ -39,12 +39,13 @@ func TestScanJobs_ListsEachShardsJobs(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, empty)
 
+		byShard := map[shard.ID][]string{}
+		require.NoError(t, s.ScanAllJobs(ctx, func(id shard.ID, ids []string) error {
+			byShard[id] = append(byShard[id], ids...)
+			return nil
+		}))
 		for id := range shard.ID(6) {
-			var got []string
-			require.NoError(t, s.ScanJobs(ctx, id, func(ids []string) error {
-				got = append(got, ids...)
-				return nil
-			}))
+			got := byShard[id]
 			sort.Strings(got)
 			sort.Strings(want[id])
 			require.Equal(t, want[id], got, "shard %d", id)
