@@ -249,11 +249,11 @@ func TestFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills processes of a 6-node cluster for a few minutes")
 	}
+	tp := redistest.StartTopology(t, redistest.TopologyOptions{AOF: true, NodeTimeout: time.Second})
 	tock := filepath.Join(t.TempDir(), "tock")
 	if out, err := exec.Command("go", "build", "-o", tock, "github.com/tockhq/tock/cmd/tock").CombinedOutput(); err != nil {
 		t.Fatalf("go build tock: %v\n%s", err, out)
 	}
-	tp := redistest.StartTopology(t, redistest.TopologyOptions{AOF: true, NodeTimeout: time.Second})
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: tp.Seeds(), DisableCache: true})
 	require.NoError(t, err)
 	t.Cleanup(rc.Close)
