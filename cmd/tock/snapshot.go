@@ -186,21 +186,31 @@ func (s *snapshotCmd) export(ctx context.Context, keep int) error {
 	return nil
 }
 
-func (s *snapshotCmd) restore(ctx context.Context, ref string) error {
+// verified opens the location, finds the snapshot ref names and reads it whole to check
+// it. The caller closes the bucket.
+func (s *snapshotCmd) verified(ctx context.Context, ref string) (*blob.Bucket, *snapshot.Manifest, error) {
 	b, err := s.bucket(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := snapshot.Resolve(ctx, b, ref, s.ns)
+	if err == nil {
+		var m *snapshot.Manifest
+		if m, err = snapshot.Verify(ctx, b, id, snapshot.ReadOptions{Parallel: s.parallel}); err == nil {
+			return b, m, nil
+		}
+	}
+	_ = b.Close()
+	return nil, nil, s.errorf("%w", err)
+}
+
+func (s *snapshotCmd) restore(ctx context.Context, ref string) error {
+	// Verified before the namespace is opened (which initialises a new one).
+	b, m, err := s.verified(ctx, ref)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	id, err := snapshot.Resolve(ctx, b, ref, s.ns)
-	if err != nil {
-		return s.errorf("%w", err)
-	}
-	// Verified before the namespace is opened (which initialises a new one).
-	m, err := snapshot.Verify(ctx, b, id, snapshot.ReadOptions{Parallel: s.parallel})
-	if err != nil {
-		return s.errorf("%w", err)
-	}
 	rc, err := s.connect()
 	if err != nil {
 		return err
@@ -268,19 +278,11 @@ func (s *snapshotCmd) restore(ctx context.Context, ref string) error {
 }
 
 func (s *snapshotCmd) verify(ctx context.Context, ref string) error {
-	b, err := s.bucket(ctx)
+	b, m, err := s.verified(ctx, ref)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	id, err := snapshot.Resolve(ctx, b, ref, s.ns)
-	if err != nil {
-		return s.errorf("%w", err)
-	}
-	m, err := snapshot.Verify(ctx, b, id, snapshot.ReadOptions{Parallel: s.parallel})
-	if err != nil {
-		return s.errorf("%w", err)
-	}
 	if s.asJSON {
 		return s.printJSON(m)
 	}
