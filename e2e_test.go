@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock"
@@ -19,6 +17,7 @@ import (
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
 	"github.com/tockhq/tock/worker"
 )
 
@@ -42,60 +41,8 @@ func setup(t *testing.T, b redistest.Backend, cfg shard.Config) *bundle {
 	c, err := tock.New(context.Background(), rc, cfg)
 	require.NoError(t, err)
 	// Registered before any dispatcher or worker: runs after they stopped.
-	t.Cleanup(func() { checkCounts(t, c.Store()) })
+	t.Cleanup(func() { shardtest.CheckCounts(t, c.Store()) })
 	return &bundle{t: t, b: b, client: c, store: c.Store(), rec: newRecorder()}
-}
-
-// checkCounts checks the queue counts the scripts keep against the runs in the due,
-// in-flight and dead-letter sets.
-func checkCounts(t *testing.T, s *shard.Store) {
-	ctx := context.Background()
-	rc, k := s.Client(), s.Keys()
-	want := map[string]*shard.QueueStats{}
-	count := func(id shard.ID, members []string, add func(q *shard.QueueStats)) {
-		for _, m := range members {
-			jobID, _, ok := shard.SplitMember(m)
-			require.True(t, ok, m)
-			q, err := rc.Do(ctx, rc.B().Hget().Key(k.Job(id, jobID)).Field("q").Build()).ToString()
-			if rueidis.IsRedisNil(err) {
-				q, err = job.DefaultQueue, nil
-			}
-			require.NoError(t, err)
-			if want[q] == nil {
-				want[q] = &shard.QueueStats{Queue: q}
-			}
-			add(want[q])
-		}
-	}
-	for i := 0; i < s.Shards(); i++ {
-		id := shard.ID(i)
-		buckets, err := rc.Do(ctx, rc.B().Zrange().Key(k.Buckets(id)).Min("0").Max("-1").Build()).AsStrSlice()
-		require.NoError(t, err)
-		for _, b := range buckets {
-			n, _ := strconv.ParseInt(b, 10, 64)
-			due, err := rc.Do(ctx, rc.B().Zrange().Key(k.Due(id, n)).Min("0").Max("-1").Build()).AsStrSlice()
-			require.NoError(t, err)
-			count(id, due, func(q *shard.QueueStats) { q.Scheduled++ })
-		}
-		inflight, err := rc.Do(ctx, rc.B().Zrange().Key(k.Inflight(id)).Min("0").Max("-1").Build()).AsStrSlice()
-		require.NoError(t, err)
-		count(id, inflight, func(q *shard.QueueStats) { q.InFlight++ })
-		dead, err := rc.Do(ctx, rc.B().Zrange().Key(k.Dead(id)).Min("0").Max("-1").Build()).AsStrSlice()
-		require.NoError(t, err)
-		count(id, dead, func(q *shard.QueueStats) { q.Dead++ })
-	}
-	got, err := s.Queues(ctx)
-	require.NoError(t, err)
-	for _, g := range got {
-		w := want[g.Queue]
-		if w == nil {
-			w = &shard.QueueStats{}
-		}
-		require.Equal(t, [3]int64{w.Scheduled, w.InFlight, w.Dead}, [3]int64{g.Scheduled, g.InFlight, g.Dead},
-			"queue %q: scheduled, in flight and dead as counted vs as kept", g.Queue)
-		delete(want, g.Queue)
-	}
-	require.Empty(t, want, "queues with runs but no counts")
 }
 
 func testLogger(t *testing.T) *slog.Logger {

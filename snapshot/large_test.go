@@ -14,6 +14,7 @@ import (
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
 	"github.com/tockhq/tock/snapshot"
 	"github.com/tockhq/tock/worker"
 )
@@ -68,7 +69,7 @@ func TestExportRestore_100k(t *testing.T) {
 	res, err := snapshot.Restore(ctx, st, bk, m.ID, snapshot.ReadOptions{})
 	require.NoError(t, err)
 	require.Equal(t, shard.RestoreCounts{Restored: n}, res.RestoreCounts)
-	checkCounts(t, st)
+	shardtest.CheckCounts(t, st)
 
 	var mu sync.Mutex
 	fired := map[string]int{}

@@ -10,6 +10,7 @@ import (
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
 	"github.com/tockhq/tock/snapshot"
 )
 
@@ -140,7 +141,7 @@ func requireSameJobs(t *testing.T, src, dst *shard.Store) {
 		gotDead[i].Shard = 0
 	}
 	require.Equal(t, wantDead, gotDead)
-	checkCounts(t, dst)
+	shardtest.CheckCounts(t, dst)
 
 	// The run that was in flight is claimed again as the same attempt.
 	c, err := dst.Claim(ctx, dst.ShardOf("inflight"), "q-inflight", 10, "w2", "n2")
@@ -166,7 +167,7 @@ func TestExportRestore_RoundTrip(t *testing.T) {
 		require.Equal(t, []string{"q-paused"}, m.PausedQueues)
 		require.Equal(t, src.Config().Namespace, m.Namespace)
 		require.False(t, m.Finished.Before(m.Started))
-		checkCounts(t, src)
+		shardtest.CheckCounts(t, src)
 
 		got, err := snapshot.ReadManifest(ctx, bk, m.ID)
 		require.NoError(t, err)

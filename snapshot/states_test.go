@@ -9,6 +9,7 @@ import (
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
 	"github.com/tockhq/tock/snapshot"
 )
 
@@ -71,7 +72,7 @@ func TestExportRestore_MoreRunStates(t *testing.T) {
 		}
 		_, _, err = src.Cancel(ctx, "cron-cancel-running")
 		require.NoError(t, err)
-		checkCounts(t, src)
+		shardtest.CheckCounts(t, src)
 
 		bk, _ := dirBucket(t)
 		m, err := snapshot.Export(ctx, src, bk, snapshot.ExportOptions{})
@@ -80,7 +81,7 @@ func TestExportRestore_MoreRunStates(t *testing.T) {
 		rr, err := snapshot.Restore(ctx, dst, bk, m.ID, snapshot.ReadOptions{})
 		require.NoError(t, err)
 		require.Equal(t, len(jobs), rr.Restored)
-		checkCounts(t, dst)
+		shardtest.CheckCounts(t, dst)
 
 		for _, j := range jobs {
 			want, err := src.Get(ctx, j.ID)
@@ -118,6 +119,6 @@ func TestExportRestore_MoreRunStates(t *testing.T) {
 			require.Len(t, c, 1, id)
 			require.Equal(t, 1, c[0].Attempt, id)
 		}
-		checkCounts(t, dst)
+		shardtest.CheckCounts(t, dst)
 	})
 }

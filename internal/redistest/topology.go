@@ -157,9 +157,6 @@ func (n *Node) Running() bool {
 	}
 }
 
-// Pid is the node's process id.
-func (n *Node) Pid() int { return n.p.cmd.Process.Pid }
-
 // Role returns "master" or "slave" (Redis's word) as the node reports it.
 func (n *Node) Role() (string, error) {
 	info, err := rawDo(n.Addr, "INFO", "replication")

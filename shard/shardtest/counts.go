@@ -1,0 +1,65 @@
+// Package shardtest holds test helpers for code built on the shard package.
+package shardtest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// CheckCounts checks that the per-queue counts the scripts keep (shard.Store.Queues:
+// scheduled, in flight, dead) match what the sets hold: the due buckets, the in-flight
+// and the dead-letter sets of every shard.
+func CheckCounts(t testing.TB, s *shard.Store) {
+	t.Helper()
+	ctx := context.Background()
+	rc, k := s.Client(), s.Keys()
+	want := map[string]*[3]int64{}
+	count := func(id shard.ID, members []string, i int) {
+		for _, m := range members {
+			jobID, _, ok := shard.SplitMember(m)
+			require.True(t, ok, m)
+			q, err := rc.Do(ctx, rc.B().Hget().Key(k.Job(id, jobID)).Field("q").Build()).ToString()
+			if rueidis.IsRedisNil(err) {
+				q, err = job.DefaultQueue, nil
+			}
+			require.NoError(t, err)
+			if want[q] == nil {
+				want[q] = &[3]int64{}
+			}
+			want[q][i]++
+		}
+	}
+	zrange := func(key string) []string {
+		m, err := rc.Do(ctx, rc.B().Zrange().Key(key).Min("0").Max("-1").Build()).AsStrSlice()
+		require.NoError(t, err)
+		return m
+	}
+	for i := 0; i < s.Shards(); i++ {
+		id := shard.ID(i)
+		for _, b := range zrange(k.Buckets(id)) {
+			n, _ := strconv.ParseInt(b, 10, 64)
+			count(id, zrange(k.Due(id, n)), 0)
+		}
+		count(id, zrange(k.Inflight(id)), 1)
+		count(id, zrange(k.Dead(id)), 2)
+	}
+	got, err := s.Queues(ctx)
+	require.NoError(t, err)
+	for _, g := range got {
+		w := want[g.Queue]
+		if w == nil {
+			w = &[3]int64{}
+		}
+		require.Equal(t, *w, [3]int64{g.Scheduled, g.InFlight, g.Dead},
+			"queue %q: scheduled, in flight and dead as counted vs as kept", g.Queue)
+		delete(want, g.Queue)
+	}
+	require.Empty(t, want, "queues with runs but no counts")
+}
