@@ -30,33 +30,50 @@ if #popped > 0 then
   redis.call('ZREMRANGEBYRANK', readyKey, 0, #popped - 1)
 end
 local nowStr = num(now)
+-- A first attempt (no run field yet) gets the same field value and token in every run
+-- of the call, built once.
+local firstTok = '1-' .. nonce
+local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
 local ni, no = 0, 0
 for _, member in ipairs(popped) do
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
-  -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go).
-  local j = redis.call('HMGET', jobKey, 't', 'p', 'to', 'vt', 'ma', 'r' .. due, 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
+  local rf = 'r' .. due
+  -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go); a
+  -- chunk after p1 exists only when p1 is full, so most claims read two chunks at most.
+  local j = redis.call('HMGET', jobKey, 't', 'p', 'p1', 'to', 'vt', 'ma', rf)
   -- An orphan (its job expired or was removed) is dropped.
   if j[1] then
     local payload = j[2] or ''
-    if j[7] then
-      local parts = { payload }
-      for k = 7, 13 do
-        if not j[k] then
-          break
+    if j[3] then
+      payload = payload .. j[3]
+      if #j[3] == 64 then
+        local more = redis.call('HMGET', jobKey, 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
+        local parts = { payload }
+        for k = 1, 6 do
+          if not more[k] then
+            break
+          end
+          parts[k + 1] = more[k]
         end
-        parts[#parts + 1] = j[k]
+        payload = table.concat(parts)
       end
-      payload = table.concat(parts)
     end
     -- The job's state stays 'ready' while a one-time run runs (readers tell a running
     -- run from its field).
-    local r = run_get(j[6])
-    r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-    r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
-    redis.call('HSET', jobKey, 'r' .. due, run_pack(r))
-    local vt = j[4] or '30000'
+    local tok, att
+    if j[7] and j[7] ~= '' then
+      local r = run_get(j[7])
+      r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
+      r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
+      redis.call('HSET', jobKey, rf, run_pack(r))
+      tok, att = r.tok, r.att
+    else
+      redis.call('HSET', jobKey, rf, firstRun)
+      tok, att = firstTok, 1
+    end
+    local vt = j[5] or '30000'
     local deadline = deadlines[vt]
     if not deadline then
       deadline = num(now + tonumber(vt))
@@ -65,8 +82,8 @@ for _, member in ipairs(popped) do
     inflight[ni + 1], inflight[ni + 2] = deadline, member
     ni = ni + 2
     -- Numbers go back as the strings they are stored as; the caller parses them.
-    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, r.tok, r.att, j[1]
-    out[no + 5], out[no + 6], out[no + 7], out[no + 8] = payload, j[3] or '1800000', vt, j[5] or '25'
+    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, tok, att, j[1]
+    out[no + 5], out[no + 6], out[no + 7], out[no + 8] = payload, j[4] or '1800000', vt, j[6] or '25'
     no = no + 8
   end
 end

@@ -53,39 +53,57 @@ local function next_rand()
   return rand
 end
 
+-- release_buffered makes a recurring job's buffered occurrence bf ready: returns the new
+-- rl and the field/value pair of the released run.
+local function release_buffered(jobKey, id, q, pri, st, rl, bf)
+  if not bf or bf == '' or final(st) then
+    return rl, 'bf', ''
+  end
+  local b = run_get(redis.call('HGET', jobKey, 'r' .. bf))
+  enqueue(b, id .. ':' .. bf, q, pri, bf, st)
+  return rl_add(rl, bf), 'r' .. bf, run_pack(b)
+end
+
 local function finish(member, outcome, token, errmsg, delay)
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
   local rf = 'r' .. due
-  local j = redis.call('HMGET', jobKey, 'st', 'sk', 'q', 'pr', 'ma', 'rl', 'h', 'bf', rf)
-  local r = run_get(j[9])
+  -- The fields every outcome needs; priority, attempts and the buffered run are read
+  -- only on the paths that use them (a missing field costs a full scan of the hash).
+  local j = redis.call('HMGET', jobKey, rf, 'st', 'sk', 'q', 'rl', 'h')
+  local r = run_get(j[1])
   -- A run holds a token only while it is in flight.
   if r.tok == '' or (token and r.tok ~= token) then
     return -2
   end
-  table.insert(leaving, member)
-  local st, q, pri, rl = j[1], j[3], j[4], j[6]
+  leaving[#leaving + 1] = member
+  local st, q, rl, h = j[2], j[4], j[5], j[6]
   stat('f', q, -1)
   if r.st == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
     outcome = 'cancel'
   end
   local att = r.att
-  local once = field(j[2], 'at') == 'at'
+  local once = field(j[3], 'at') == 'at'
   r.tok = ''
 
-  local entry = { d = tonumber(due), s = tonumber(r.sa), e = now, w = r.wk, a = att }
-
-  -- release_buffered makes a recurring job's buffered occurrence ready: returns the new
-  -- rl and the field/value pair of the released run.
-  local function release_buffered()
-    local bf = j[8]
-    if once or not bf or bf == '' or final(st) then
-      return rl, 'bf', ''
+  if outcome == 'ok' and once then
+    -- The common case, written without the general path's tables: the run is over and
+    -- the finished job expires whole, its run field with it.
+    r.st = 'succeeded'
+    local d = tonumber(due)
+    local sa = tonumber(r.sa)
+    h = hist_add(h, keep, num(d) .. ',' .. (sa and num(sa - d) or '') .. ',' .. num(now - d) .. ',' .. r.wk .. ',' .. num(att))
+    if st == 'cancelled' then
+      redis.call('HSET', jobKey, rf, run_pack(r), 'rl', rl_del(rl, due), 'h', h)
+    else
+      redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'completed', 'rl', rl_del(rl, due), 'h', h)
     end
-    local b = run_get(redis.call('HGET', jobKey, 'r' .. bf))
-    enqueue(b, id .. ':' .. bf, q, pri, bf, st)
-    return rl_add(rl, bf), 'r' .. bf, run_pack(b)
+    redis.call('PEXPIRE', jobKey, retention)
+    return 1
   end
+
+  local pri = redis.call('HGET', jobKey, 'pr')
+  local entry = { d = tonumber(due), s = tonumber(r.sa), e = now, w = r.wk, a = att }
 
   if outcome == 'handback' then
     r.att = att - 1
@@ -98,7 +116,7 @@ local function finish(member, outcome, token, errmsg, delay)
   end
 
   if outcome == 'error' or outcome == 'lost' or outcome == 'snooze' then
-    local ma = tonumber(field(j[5], 25))
+    local ma = tonumber(field(redis.call('HGET', jobKey, 'ma'), 25))
     if outcome == 'snooze' or att < ma then
       local when
       if outcome == 'snooze' then
@@ -117,7 +135,7 @@ local function finish(member, outcome, token, errmsg, delay)
       r.st, r.ra = 'retrying', num(when)
       file_due(P, bucketsKey, bucketMs, member, when, q)
       entry.r = when
-      local h = hist_push(j[7], keep, entry)
+      h = hist_push(h, keep, entry)
       if once and st ~= 'paused' then
         redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'retrying', 'h', h)
       else
@@ -131,18 +149,18 @@ local function finish(member, outcome, token, errmsg, delay)
     stat('d', q, 1)
     entry.o = 'dead'
     entry.er = errmsg
-    local h = hist_push(j[7], keep, entry)
+    h = hist_push(h, keep, entry)
     rl = rl_del(rl, due)
     if once then
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'dead', 'rl', rl, 'h', h)
     else
-      local nrl, bfField, bfValue = release_buffered()
+      local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
       redis.call('HSET', jobKey, rf, run_pack(r), 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
     end
     return 1
   end
 
-  -- Succeeded or cancelled: the run is over.
+  -- Succeeded (a recurring job) or cancelled: the run is over.
   rl = rl_del(rl, due)
   if outcome == 'ok' then
     entry.o = 'succeeded'
@@ -150,18 +168,18 @@ local function finish(member, outcome, token, errmsg, delay)
     entry.o = 'cancelled'
     entry.er = errmsg
   end
-  local h = hist_push(j[7], keep, entry)
+  h = hist_push(h, keep, entry)
   if once then
     -- The finished job expires whole; its run field goes with it.
-    r.st = outcome == 'ok' and 'succeeded' or 'cancelled'
+    r.st = 'cancelled'
     if st == 'cancelled' then
       redis.call('HSET', jobKey, rf, run_pack(r), 'rl', rl, 'h', h)
     else
-      redis.call('HSET', jobKey, rf, run_pack(r), 'st', outcome == 'ok' and 'completed' or 'cancelled', 'rl', rl, 'h', h)
+      redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'cancelled', 'rl', rl, 'h', h)
     end
     redis.call('PEXPIRE', jobKey, retention)
   else
-    local nrl, bfField, bfValue = release_buffered()
+    local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
     redis.call('HSET', jobKey, 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
     redis.call('HDEL', jobKey, rf)
   end

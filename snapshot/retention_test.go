@@ -158,8 +158,12 @@ func TestPrune_LeavesRecentIncompleteSnapshots(t *testing.T) {
 	ns := st.Config().Namespace
 	first, err := snapshot.Export(ctx, st, bk, snapshot.ExportOptions{})
 	require.NoError(t, err)
+	// Snapshot ids have millisecond precision: the two exports must be far enough apart
+	// that `running` (1 ms before the last) is not the first one's id.
+	time.Sleep(10 * time.Millisecond)
 	last, err := snapshot.Export(ctx, st, bk, snapshot.ExportOptions{})
 	require.NoError(t, err)
+	require.Greater(t, last.Started.Sub(first.Started), 2*time.Millisecond)
 	running := ns + "/" + last.Started.Add(-time.Millisecond).UTC().Format("20060102T150405.000Z")
 	failed := ns + "/" + last.Started.Add(-48*time.Hour).UTC().Format("20060102T150405.000Z")
 	for _, id := range []string{running, failed} {

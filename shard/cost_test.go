@@ -1,0 +1,168 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// BenchmarkRedisCost measures the CPU time the real redis-server spends per run in each
+// step of a one-time job's life: create, fire, claim (in batches of claimBatch per shard,
+// as a worker with 200 slots over 64 shards claims) and ack. Redis is tock's bottleneck,
+// and its CPU time per run is far steadier than wall-clock rates on a shared machine,
+// so this is the figure to compare when changing a script:
+//
+//	go test ./shard -run '^$' -bench RedisCost -benchtime 20000x
+//
+// b.N is the number of jobs per round; the figures are Redis µs per run (INFO cpu).
+func BenchmarkRedisCost(b *testing.B) {
+	var backend *redistest.Backend
+	for _, be := range redistest.Backends(b) {
+		if be.Name == redistest.Server {
+			backend = &be
+		}
+	}
+	if backend == nil {
+		b.Skip("needs redis-server")
+	}
+	ctx := context.Background()
+	c := backend.Client(b)
+	s, err := shard.Open(ctx, c, shard.Config{Namespace: redistest.Namespace(b, *backend), Shards: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const createBatch, claimBatch = 1000, 17
+	n := b.N
+	body := []byte(strings.Repeat("x", 100))
+	b.ResetTimer()
+
+	// Create, due shortly (the scheduled path: due buckets).
+	now, err := s.ServerNow(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	due := now.Add(time.Second)
+	cpu0 := redisCPU(b, c)
+	for i := 0; i < n; i += createBatch {
+		var jobs []*job.Job
+		for k := i; k < min(n, i+createBatch); k++ {
+			jobs = append(jobs, &job.Job{ID: "c" + strconv.Itoa(k), Type: "noop", Payload: body, Schedule: job.Schedule{At: due}})
+		}
+		res, err := s.Create(ctx, jobs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	cpu1 := redisCPU(b, c)
+
+	// Fire: every shard's due runs in one call each, under lease.
+	time.Sleep(time.Until(due) + 50*time.Millisecond)
+	ids := make([]shard.ID, 64)
+	for i := range ids {
+		ids[i] = shard.ID(i)
+	}
+	leases := s.AcquireLeases(ctx, "cost", ids, time.Minute)
+	cpu2 := redisCPU(b, c)
+	fired := 0
+	for _, l := range leases {
+		if !l.Held {
+			b.Fatalf("lease of shard %d: %v", l.Lease.Shard, l.Err)
+		}
+		for {
+			d, err := s.FireDue(ctx, l.Lease, 10000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fired += d.Fired
+			if d.Fired == 0 {
+				break
+			}
+		}
+	}
+	cpu3 := redisCPU(b, c)
+	if fired != n {
+		b.Fatalf("fired %d of %d", fired, n)
+	}
+
+	// Claim in small batches from every shard, then ack in the same batches.
+	var claimed []shard.ClaimResult
+	for got := 0; got < n; {
+		reqs := make([]shard.ClaimRequest, len(ids))
+		for i, id := range ids {
+			reqs[i] = shard.ClaimRequest{Shard: id, Queue: "default", N: claimBatch}
+		}
+		round := 0
+		for _, r := range s.ClaimMany(ctx, reqs, "cost", "n1") {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			if len(r.Runs) > 0 {
+				claimed = append(claimed, r)
+				round += len(r.Runs)
+			}
+		}
+		if round == 0 {
+			b.Fatalf("claimed %d of %d", got, n)
+		}
+		got += round
+	}
+	cpu4 := redisCPU(b, c)
+	for _, r := range claimed {
+		fs := make([]shard.Finish, len(r.Runs))
+		for i, run := range r.Runs {
+			fs[i] = shard.Finish{Member: run.Member, Token: run.Token, Outcome: shard.Succeeded}
+		}
+		errs, err := s.FinishRuns(ctx, r.Runs[0].Shard, fs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range errs {
+			if e != nil {
+				b.Fatal(e)
+			}
+		}
+	}
+	cpu5 := redisCPU(b, c)
+	b.StopTimer()
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	b.ReportMetric(per(cpu1-cpu0), "create-µs/run")
+	b.ReportMetric(per(cpu3-cpu2), "fire-µs/run")
+	b.ReportMetric(per(cpu4-cpu3), "claim-µs/run")
+	b.ReportMetric(per(cpu5-cpu4), "ack-µs/run")
+	b.ReportMetric(per(cpu1-cpu0+cpu3-cpu2+cpu5-cpu3), "total-µs/run")
+}
+
+// redisCPU is the redis-server's CPU time so far (user + system).
+func redisCPU(b *testing.B, c rueidis.Client) time.Duration {
+	b.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(fmt.Errorf("INFO cpu %s: %w", k, err))
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
