@@ -356,7 +356,7 @@ func TestPayload_StoredCompactAndReturnedWhole(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1})
-		sizes := []int{0, 1, 64, 65, 100, 512, 513, 3000}
+		sizes := []int{0, 1, 64, 65, 100, 127, 128, 129, 192, 193, 511, 512, 513, 3000}
 		var jobs []*job.Job
 		for _, n := range sizes {
 			p := make([]byte, n)
