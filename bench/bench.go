@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -324,28 +325,71 @@ func newProgress(w io.Writer, label string, total int) *progressLine {
 
 // usedMemory sums INFO memory used_memory over the masters.
 func usedMemory(ctx context.Context, rc rueidis.Client) (int64, error) {
+	total, err := infoSum(ctx, rc, "memory", "used_memory")
+	return int64(total), err
+}
+
+// redisCPU sums the CPU time (user + system) the masters have used so far.
+func redisCPU(ctx context.Context, rc rueidis.Client) (time.Duration, error) {
+	total, err := infoSum(ctx, rc, "cpu", "used_cpu_user", "used_cpu_sys")
+	return time.Duration(total * float64(time.Second)), err
+}
+
+// infoSum sums the named fields of an INFO section over the masters.
+func infoSum(ctx context.Context, rc rueidis.Client, section string, fields ...string) (float64, error) {
 	addrs, nodes, err := shard.Primaries(ctx, rc)
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	var total int64
+	var total float64
 	for _, addr := range addrs {
 		node := nodes[addr]
-		info, err := node.Do(ctx, node.B().Info().Section("memory").Build()).ToString()
+		info, err := node.Do(ctx, node.B().Info().Section(section).Build()).ToString()
 		if err != nil {
-			return 0, fmt.Errorf("bench: INFO memory: %w", err)
+			return 0, fmt.Errorf("bench: INFO %s: %w", section, err)
 		}
 		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("bench: used_memory %q: %w", v, err)
-				}
-				total += n
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || !slices.Contains(fields, k) {
+				continue
 			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: INFO %s %s %q: %w", section, k, v, err)
+			}
+			total += f
 		}
 	}
 	return total, nil
+}
+
+// cpuMeter measures the Redis CPU time of a phase of a scenario on a real Redis; on the
+// embedded one (no INFO cpu) it measures nothing.
+type cpuMeter struct {
+	rc    rueidis.Client
+	start time.Duration
+	err   error
+}
+
+func (e *env) meterCPU(ctx context.Context) *cpuMeter {
+	if e.backend == "embedded" {
+		return &cpuMeter{}
+	}
+	m := &cpuMeter{rc: e.rc}
+	m.start, m.err = redisCPU(ctx, e.rc)
+	return m
+}
+
+// perRun returns the Redis CPU µs per run since the meter started, 0 when not measured.
+func (m *cpuMeter) perRun(ctx context.Context, runs int) float64 {
+	if m.rc == nil || m.err != nil || runs == 0 {
+		return 0
+	}
+	end, err := redisCPU(ctx, m.rc)
+	if err != nil {
+		return 0
+	}
+	return round(float64((end - m.start).Microseconds()) / float64(runs))
 }
 
 var errEmbeddedMemory = errors.New("bench memory: needs a real Redis (--redis host:port); the embedded one has no INFO memory")

@@ -40,6 +40,7 @@ func TestFire_EveryJobOnceAndNeverEarly(t *testing.T) {
 		require.True(t, 0 <= l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max, "percentiles out of order: %+v", l)
 		require.Positive(t, res.FiresPerSec)
 		require.Positive(t, res.EnqueuePerSec)
+		requireCPUFigure(t, b, res.RedisCPUUsPerRun)
 	})
 }
 
@@ -50,7 +51,19 @@ func TestThroughput_ProcessesEveryJob(t *testing.T) {
 		require.Equal(t, 500, res.Processed)
 		require.Zero(t, res.Duplicates)
 		require.Positive(t, res.ProcessedPerSec)
+		requireCPUFigure(t, b, res.RedisCPUUsPerRun)
 	})
+}
+
+// requireCPUFigure checks that a real Redis's CPU time per run was measured, and that the
+// embedded one (no INFO cpu) reports none.
+func requireCPUFigure(t *testing.T, b redistest.Backend, perRun float64) {
+	t.Helper()
+	if b.Mini != nil {
+		require.Zero(t, perRun)
+	} else {
+		require.Positive(t, perRun)
+	}
 }
 
 func TestMemory_CountsTheScheduledJobs(t *testing.T) {
