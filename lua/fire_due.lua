@@ -10,6 +10,10 @@
 -- ARGV[2] bucket    ms      due bucket width
 -- ARGV[3] lease     string  the caller's `owner:epoch`
 -- ARGV[4] limit     count   most due entries to handle
+-- ARGV[5] channel   string  ready channel prefix: when given, the script publishes the
+--                           ready signal "<shard> <now>" to channel..queue for every queue
+--                           that got runs (one hop sooner than the caller could)
+-- ARGV[6] shard     string  the shard's number, for the signal
 --
 -- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats'
 --
@@ -105,4 +109,10 @@ end
 
 local readied = flush_ready(P)
 flush_stats(P)
+if ARGV[5] and ARGV[5] ~= '' then
+  local msg = ARGV[6] .. ' ' .. nowStr
+  for _, q in ipairs(readied) do
+    redis.call('PUBLISH', ARGV[5] .. q, msg)
+  end
+end
 return { now, nextDue, nextDeadline, fired, readied, cron }

@@ -111,7 +111,8 @@ type Due struct {
 // queues that got runs, and returns ErrLeaseLost when the lease is gone.
 func (s *Store) FireDue(ctx context.Context, l Lease, limit int) (*Due, error) {
 	r := s.exec1(ctx, call{s.scripts.FireDue, []string{s.keys.Buckets(l.Shard), s.keys.Inflight(l.Shard), s.keys.Lease(l.Shard)},
-		[]string{s.keys.Prefix(l.Shard), strconv.FormatInt(s.bucketMs, 10), l.value(), strconv.Itoa(limit)}})
+		[]string{s.keys.Prefix(l.Shard), strconv.FormatInt(s.bucketMs, 10), l.value(), strconv.Itoa(limit),
+			s.keys.ReadyChannel(""), strconv.Itoa(int(l.Shard))}})
 	if code, err := r.AsInt64(); err == nil && code < 0 {
 		return nil, codeError(code)
 	}
@@ -119,8 +120,8 @@ func (s *Store) FireDue(ctx context.Context, l Lease, limit int) (*Due, error) {
 	if err != nil || len(reply) != 6 {
 		return nil, fmt.Errorf("fire due runs of shard %d: %v", l.Shard, err)
 	}
+	// The script has published the ready signals itself.
 	d := &Due{Now: i64(reply[0]), NextDue: i64(reply[1]), NextDeadline: i64(reply[2]), Fired: int(i64(reply[3]))}
-	s.publish(ctx, s.readySignals(nil, l.Shard, strs(reply[4]), d.Now))
 	raw := arr(reply[5])
 	for k := 0; k+6 < len(raw); k += 7 {
 		e := DueEntry{

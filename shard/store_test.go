@@ -402,3 +402,58 @@ func TestPayload_StoredCompactAndReturnedWhole(t *testing.T) {
 		}
 	})
 }
+
+// FireDue signals the queues that got runs itself, from inside its script: on a cluster
+// the signal reaches a subscriber on any node.
+func TestFireDue_SignalsReadyQueues(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s := open(t, b, shard.Config{Shards: 4})
+		got := make(chan string, 16)
+		go func() {
+			_ = s.Subscribe(ctx, []string{s.Keys().ReadyChannel("mail")}, func(ch, msg string) { got <- msg })
+		}()
+		ids := []shard.ID{0, 1, 2, 3}
+		var leases []shard.Lease
+		for _, l := range s.AcquireLeases(ctx, "d", ids, time.Minute) {
+			require.True(t, l.Held, "%v", l.Err)
+			leases = append(leases, l.Lease)
+		}
+		now, err := s.ServerNow(ctx)
+		require.NoError(t, err)
+		// A subscription is not confirmed to its caller: fire new runs until a signal arrives.
+		for k := 0; k < 50; k++ {
+			if b.Mini == nil {
+				now, err = s.ServerNow(ctx)
+				require.NoError(t, err)
+			}
+			jobID := "sig" + strconv.Itoa(k)
+			_, err := s.Create(ctx, []*job.Job{{ID: jobID, Type: "t", Queue: "mail", Schedule: job.Schedule{At: now.Add(30 * time.Millisecond)}}})
+			require.NoError(t, err)
+			now = now.Add(60 * time.Millisecond)
+			if b.Mini != nil {
+				b.Mini.SetTime(now)
+			} else {
+				time.Sleep(60 * time.Millisecond)
+			}
+			fired := 0
+			for _, l := range leases {
+				d, err := s.FireDue(ctx, l, 100)
+				require.NoError(t, err)
+				fired += d.Fired
+			}
+			require.Equal(t, 1, fired)
+			select {
+			case msg := <-got:
+				id, at, ok := shard.ParseReady(msg, s.Shards())
+				require.True(t, ok, msg)
+				require.Equal(t, s.ShardOf(jobID), id)
+				require.Positive(t, at)
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		t.Fatal("no ready signal")
+	})
+}
