@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -72,4 +73,28 @@ func TestTakeClaims_HoldsRunsAndReportsFailures(t *testing.T) {
 	require.Len(t, w.held, 2)
 	require.Len(t, w.runs, 2)
 	require.Contains(t, w.hot, a, "a source that filled the request may have more")
+}
+
+// A run whose handler has finished frees its slot at once, while its outcome still waits
+// for the reporter: a slow acknowledgement does not hold back the next claims.
+func TestFreeSlots_RunWaitingForItsReportTakesNoSlot(t *testing.T) {
+	w := newTestWorker(t) // Concurrency 4
+	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 2}}
+	runs := []shard.Claimed{{Shard: 3, Member: "x:1", Token: "t"}, {Shard: 3, Member: "y:1", Token: "t"}}
+	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}))
+	require.Equal(t, 2, w.freeSlots())
+	x, y := <-w.runs, <-w.runs
+
+	w.finish(x, nil, shard.Finish{Outcome: shard.Succeeded}, time.Time{}, time.Time{}, nil)
+	require.Len(t, w.reports, 1)
+	require.Len(t, w.held, 2, "held (and heartbeated) until Redis has the outcome")
+	require.Equal(t, 3, w.freeSlots())
+
+	w.done(x) // the reporter's call once the outcome is stored
+	require.Len(t, w.held, 1)
+	require.Equal(t, 3, w.freeSlots())
+
+	w.done(y) // a run lost to another worker: done without a report
+	require.Zero(t, w.reporting)
+	require.Equal(t, 4, w.freeSlots())
 }

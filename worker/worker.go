@@ -221,6 +221,9 @@ type Worker struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 	held     map[string]*active // by run member
+	// reporting counts the held runs whose outcome waits for the reporter: they take no
+	// slot, so a slow acknowledgement does not hold back the next claims.
+	reporting int
 	// hot holds the sources that may have ready runs, each with the Redis time (ms) of
 	// the latest ready signal for it (0 when marked by a sweep): a claim that comes back
 	// short clears a source only if it ran after that time, so a signal for runs made
@@ -277,6 +280,10 @@ type active struct {
 	extended time.Time               // last heartbeat (local)
 	got      time.Time               // when the claim reply arrived (local)
 	started  bool
+	// reporting: the handler is done and its outcome waits for the reporter. The run
+	// is still held (and heartbeated) until Redis has the outcome, but it no longer
+	// takes a handler slot.
+	reporting bool
 }
 
 var (
@@ -401,6 +408,13 @@ func (w *Worker) markHot(src source, at int64) {
 	}
 }
 
+// freeSlots is how many more runs the worker may claim: handler slots plus prefetch,
+// less the held runs that still take one (claimed and waiting, or running; a run whose
+// outcome only waits for the reporter takes none). Called with w.mu held.
+func (w *Worker) freeSlots() int {
+	return w.cfg.Concurrency + w.cfg.Prefetch - (len(w.held) - w.reporting)
+}
+
 func (w *Worker) poke() {
 	select {
 	case w.claimWake <- struct{}{}:
@@ -422,7 +436,6 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	sweep := time.NewTicker(w.cfg.Sweep)
 	defer sweep.Stop()
 	errs := limit.NewEvery(10 * time.Second)
-	capacity := w.cfg.Concurrency + w.cfg.Prefetch
 	var order []source
 	var reqs []shard.ClaimRequest
 	var pausedRead time.Time // last read of the paused set
@@ -438,7 +451,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			pausedRead = now
 		}
 		w.mu.Lock()
-		order, reqs = w.nextRound(order, reqs[:0], capacity-len(w.held))
+		order, reqs = w.nextRound(order, reqs[:0], w.freeSlots())
 		w.mu.Unlock()
 		if len(reqs) > 0 {
 			results := w.store.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
@@ -581,7 +594,7 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 		for k := range res.Runs {
 			a := &active{c: res.Runs[k], queue: req.Queue, extended: now, got: now}
 			w.held[a.c.Member] = a
-			w.runs <- a // never blocks: held ≤ capacity = cap(runs)
+			w.runs <- a // never blocks: waiting runs ≤ held - reporting ≤ capacity = cap(runs)
 		}
 	}
 	return failed
@@ -824,6 +837,13 @@ func (w *Worker) call(ctx context.Context, r *Run) (err error) {
 // started and ended are zero for a run whose handler never started.
 func (w *Worker) finish(a *active, r *Run, f shard.Finish, started, ended time.Time, herr error) {
 	f.Member, f.Token = a.c.Member, a.c.Token
+	// The slot is free for the next claim from here on. Marked before the report is
+	// queued, so the reporter's done always sees it.
+	w.mu.Lock()
+	a.reporting = true
+	w.reporting++
+	w.mu.Unlock()
+	w.poke()
 	w.reports <- report{a: a, f: f, run: r, started: started, ended: ended, err: herr}
 }
 
@@ -894,6 +914,10 @@ func (w *Worker) report() {
 func (w *Worker) done(a *active) {
 	w.mu.Lock()
 	delete(w.held, a.c.Member)
+	if a.reporting {
+		a.reporting = false
+		w.reporting--
+	}
 	w.mu.Unlock()
 	w.poke()
 }
