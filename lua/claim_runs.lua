@@ -11,8 +11,10 @@
 --
 -- Derived keys: P..'job:'..id, P..'stats'
 --
--- Returns: { now, runs } where runs holds, per claimed run, 8 entries: member, token,
---          attempt (1-based), type, payload, timeout ms, visibility ms, max attempts.
+-- Returns: { now, runs, now_us } where runs holds, per claimed run, 8 entries: member,
+--          token, attempt (1-based), type, payload, timeout ms, visibility ms, max
+--          attempts; now_us is now in microseconds (a string), which orders the claim
+--          against ready signals.
 --- @include "common"
 
 local readyKey, inflightKey = KEYS[1], KEYS[2]
@@ -20,7 +22,7 @@ local P = ARGV[1]
 local n = tonumber(ARGV[2])
 local worker, nonce = ARGV[3], ARGV[4]
 
-local now = now_ms()
+local now, nowUs = now_ms()
 local out = {}
 local inflight = {}
 -- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
@@ -93,4 +95,4 @@ if ni > 0 then
   flush_stats(P)
 end
 
-return { now, out }
+return { now, out, nowUs }

@@ -11,7 +11,7 @@
 -- ARGV[3] lease     string  the caller's `owner:epoch`
 -- ARGV[4] limit     count   most due entries to handle
 -- ARGV[5] channel   string  ready channel prefix: when given, the script publishes the
---                           ready signal "<shard> <now>" to channel..queue for every queue
+--                           ready signal "<shard> <now µs>" to channel..queue for every queue
 --                           that got runs (one hop sooner than the caller could)
 -- ARGV[6] shard     string  the shard's number, for the signal
 --
@@ -37,7 +37,7 @@ if redis.call('GET', leaseKey) ~= ARGV[3] then
   return -3
 end
 
-local now = now_ms()
+local now, nowUs = now_ms()
 local nowStr = num(now)
 local cron = {}
 local count, fired = 0, 0
@@ -110,7 +110,7 @@ end
 local readied = flush_ready(P)
 flush_stats(P)
 if ARGV[5] and ARGV[5] ~= '' then
-  local msg = ARGV[6] .. ' ' .. nowStr
+  local msg = ARGV[6] .. ' ' .. nowUs
   for _, q in ipairs(readied) do
     redis.call('PUBLISH', ARGV[5] .. q, msg)
   end

@@ -59,13 +59,14 @@ func TestParseReady(t *testing.T) {
 		at int64
 		ok bool
 	}{
-		"3 1700000000123": {3, 1700000000123, true},
-		"3":               {3, 0, true}, // an older publisher: no time
-		"4 1":             {0, 0, false},
-		"-1 5":            {0, 0, false},
-		"x 5":             {0, 0, false},
-		"2 soon":          {0, 0, false},
-		"2 -5":            {0, 0, false},
+		"3 1700000000123456": {3, 1700000000123456, true},
+		"3 1700000000123":    {3, 1700000000123000, true}, // milliseconds, from an older publisher
+		"3":                  {3, 0, true},                // an older publisher: no time
+		"4 1":                {0, 0, false},
+		"-1 5":               {0, 0, false},
+		"x 5":                {0, 0, false},
+		"2 soon":             {0, 0, false},
+		"2 -5":               {0, 0, false},
 	} {
 		id, at, ok := ParseReady(msg, 4)
 		require.Equal(t, want.ok, ok, msg)

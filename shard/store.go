@@ -372,16 +372,16 @@ func (s *Store) publish(ctx context.Context, msgs [][2]string) {
 }
 
 // readySignals appends a ready signal per queue: "<shard> <at>", where at is the Redis
-// time (ms) by which the runs were ready: the script's own clock when the caller has it
+// time (µs) by which the runs were ready: the script's own clock when the caller has it
 // (at > 0), else the estimate of the server's clock plus a margin, on the late side. A
 // worker whose claim of that shard ran before at knows the claim could not have seen
-// those runs (see ParseReady).
+// those runs (see ParseReady). fire_due publishes its signals itself, from its script.
 func (s *Store) readySignals(msgs [][2]string, id ID, queues []string, at int64) [][2]string {
 	if len(queues) == 0 {
 		return msgs
 	}
 	if at <= 0 {
-		at = s.estimateNow().Add(5 * time.Millisecond).UnixMilli()
+		at = s.estimateNow().Add(5 * time.Millisecond).UnixMicro()
 	}
 	msg := strconv.Itoa(int(id)) + " " + strconv.FormatInt(at, 10)
 	for _, q := range queues {
@@ -390,8 +390,11 @@ func (s *Store) readySignals(msgs [][2]string, id ID, queues []string, at int64)
 	return msgs
 }
 
-// ParseReady decodes a ready signal: the shard, and the Redis time (ms) by which its runs
-// were ready (0 when the signal does not say).
+// ParseReady decodes a ready signal: the shard, and the Redis time (µs) by which its runs
+// were ready (0 when the signal does not say). Microseconds order a signal against a
+// claim of the same shard exactly: a claim that starts after the script that made the
+// runs ready ended reads a later TIME, where milliseconds often tie and cost an extra,
+// empty claim. A time in milliseconds (a signal of an older version) is converted.
 func ParseReady(msg string, shards int) (id ID, at int64, ok bool) {
 	sh, t, hasTime := strings.Cut(msg, " ")
 	n, err := strconv.Atoi(sh)
@@ -401,6 +404,9 @@ func ParseReady(msg string, shards int) (id ID, at int64, ok bool) {
 	if hasTime {
 		if at, err = strconv.ParseInt(t, 10, 64); err != nil || at < 0 {
 			return 0, 0, false
+		}
+		if at < 1e14 { // milliseconds: 1e14 µs is 1973, 1e14 ms is far beyond year 3000
+			at *= 1000
 		}
 	}
 	return ID(n), at, true

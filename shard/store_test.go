@@ -450,6 +450,15 @@ func TestFireDue_SignalsReadyQueues(t *testing.T) {
 				require.True(t, ok, msg)
 				require.Equal(t, s.ShardOf(jobID), id)
 				require.Positive(t, at)
+				// A claim made after the signal reads a later Redis time, in the same unit:
+				// the worker knows it saw the runs.
+				res := s.ClaimMany(ctx, []shard.ClaimRequest{{Shard: id, Queue: "mail", N: 10}}, "w", "n")[0]
+				require.NoError(t, res.Err)
+				require.Len(t, res.Runs, 1)
+				if b.Mini == nil {
+					require.Greater(t, res.At, at)
+					require.Less(t, res.At-at, int64(10*time.Second/time.Microsecond))
+				}
 				return
 			case <-time.After(200 * time.Millisecond):
 			}

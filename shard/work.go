@@ -43,7 +43,7 @@ type ClaimRequest struct {
 // ClaimResult is what one ClaimRequest got.
 type ClaimResult struct {
 	Runs []Claimed
-	At   int64 // the Redis time (ms) of the claim; with ParseReady, tells a ready signal the claim could not have seen
+	At   int64 // the Redis time (µs) of the claim; with ParseReady, tells a ready signal the claim could not have seen
 	Err  error
 }
 
@@ -64,11 +64,11 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 
 func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) ClaimResult {
 	reply, err := toArray()
-	if err != nil || len(reply) != 2 {
+	if err != nil || len(reply) != 3 {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
-	at := i64(reply[0])
-	now := ms(at)
+	now := ms(i64(reply[0]))
+	at := i64(reply[2])
 	raw := arr(reply[1])
 	out := make([]Claimed, 0, len(raw)/8)
 	for k := 0; k+7 < len(raw); k += 8 {

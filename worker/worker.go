@@ -224,7 +224,7 @@ type Worker struct {
 	// reporting counts the held runs whose outcome waits for the reporter: they take no
 	// slot, so a slow acknowledgement does not hold back the next claims.
 	reporting int
-	// hot holds the sources that may have ready runs, each with the Redis time (ms) of
+	// hot holds the sources that may have ready runs, each with the Redis time (µs) of
 	// the latest ready signal for it (0 when marked by a sweep): a claim that comes back
 	// short clears a source only if it ran after that time, so a signal for runs made
 	// ready while the claim was in flight is not lost.
@@ -400,7 +400,7 @@ func (w *Worker) markQueueHot(q string) {
 	}
 }
 
-// markHot marks src as possibly having runs ready since Redis time at (ms). The caller
+// markHot marks src as possibly having runs ready since Redis time at (µs). The caller
 // holds w.mu.
 func (w *Worker) markHot(src source, at int64) {
 	if cur, ok := w.hot[src]; !ok || at > cur {

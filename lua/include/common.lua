@@ -9,10 +9,12 @@
 --   P..'stats'         HASH  per-queue counts: 's:'..q scheduled (in due buckets), 'f:'..q in
 --                            flight, 'd:'..q dead, 'n:'..q runs made ready since creation
 
--- now_ms returns the Redis server's clock in milliseconds.
+-- now_ms returns the Redis server's clock in milliseconds, and the same instant in
+-- microseconds as a string (ready signals and claims are ordered by it: see ParseReady).
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000), t[1] .. string.format('%06d', us)
 end
 
 -- num formats an integral number without an exponent. Lua's own number-to-string
