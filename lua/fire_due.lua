@@ -43,10 +43,12 @@ local cron = {}
 local count, fired = 0, 0
 
 local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', nowStr, 'LIMIT', 0, 64)
+local lastB
 for _, b in ipairs(buckets) do
   if count >= limit then
     break
   end
+  lastB = b
   -- Without scores: Redis formats each score with printf, and only cron entries need it.
   local dueKey = P .. 'due:' .. b
   local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', nowStr, 'LIMIT', 0, limit - count)
@@ -86,12 +88,23 @@ for _, b in ipairs(buckets) do
     end
   end
 end
-flush_unfile(P, bucketsKey)
 
+-- The earliest entry after now: entries after now are only in the bucket that holds now
+-- and later ones, so when the last bucket fired from has one, it is the earliest (and
+-- that bucket is not empty). Otherwise the first buckets of the index are searched.
 local nextDue = -1
-if count >= limit then
+local keep
+if count >= limit or #buckets == 64 then
+  -- More is due (or more due buckets than one call reads): go again at once.
   nextDue = now
-else
+elseif lastB then
+  local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. lastB, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if first[2] then
+    nextDue, keep = tonumber(first[2]), lastB
+  end
+end
+flush_unfile(P, bucketsKey, keep)
+if nextDue == -1 then
   for _, b in ipairs(redis.call('ZRANGE', bucketsKey, 0, 2)) do
     local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if first[2] then

@@ -466,3 +466,61 @@ func TestFireDue_SignalsReadyQueues(t *testing.T) {
 		t.Fatal("no ready signal")
 	})
 }
+
+// FireDue reports when to come back: the earliest entry after now, whether it is in the
+// bucket it just fired from or in a later one, and now when more is due than it took. An
+// emptied bucket leaves the index; one that still holds runs stays. (The clock is moved,
+// so miniredis only.)
+func TestFireDue_NextDue(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_800_000_000_000).Truncate(time.Minute) // a bucket boundary
+	s, m := frozen(t, t0, shard.Config{Shards: 1, BucketSize: time.Minute})
+	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
+	require.True(t, lease.Held)
+	fire := func(at time.Time, limit int) *shard.Due {
+		t.Helper()
+		m.SetTime(at)
+		d, err := s.FireDue(ctx, lease.Lease, limit)
+		require.NoError(t, err)
+		return d
+	}
+	buckets := func() int {
+		t.Helper()
+		c := s.Client()
+		n, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Buckets(0)).Build()).AsInt64()
+		require.NoError(t, err)
+		return int(n)
+	}
+
+	d := fire(t0, 100)
+	require.Equal(t, int64(-1), d.NextDue, "nothing scheduled")
+
+	dues := []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second, 90 * time.Second}
+	for i, off := range dues {
+		_, err := s.Create(ctx, []*job.Job{{ID: "n" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{At: t0.Add(off)}}})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, buckets())
+
+	d = fire(t0.Add(time.Second), 100)
+	require.Zero(t, d.Fired)
+	require.Equal(t, t0.Add(10*time.Second).UnixMilli(), d.NextDue)
+
+	d = fire(t0.Add(15*time.Second), 100) // fires one; the bucket still holds three
+	require.Equal(t, 1, d.Fired)
+	require.Equal(t, t0.Add(20*time.Second).UnixMilli(), d.NextDue)
+	require.Equal(t, 2, buckets())
+
+	d = fire(t0.Add(35*time.Second), 1) // two are due (three runs), one taken: come back now
+	require.Equal(t, 1, d.Fired)
+	require.Equal(t, d.Now, d.NextDue)
+	d = fire(t0.Add(35*time.Second), 100)
+	require.Equal(t, 2, d.Fired)
+	require.Equal(t, t0.Add(90*time.Second).UnixMilli(), d.NextDue, "the next entry is in a later bucket")
+	require.Equal(t, 1, buckets(), "the emptied bucket left the index")
+
+	d = fire(t0.Add(2*time.Minute), 100)
+	require.Equal(t, 1, d.Fired)
+	require.Equal(t, int64(-1), d.NextDue)
+	require.Zero(t, buckets())
+}

@@ -113,14 +113,15 @@ local function unfile_later(b, member, q)
   l[#l + 1] = member
 end
 
-local function flush_unfile(P, bucketsKey)
+-- A bucket the caller knows still holds entries (keep) is not checked for emptiness.
+local function flush_unfile(P, bucketsKey, keep)
   for _, b in ipairs(unfileBuckets) do
     local k = P .. 'due:' .. b
     local l = unfiles[b]
     for i = 1, #l, 6000 do
       redis.call('ZREM', k, unpack(l, i, math.min(i + 5999, #l)))
     end
-    if redis.call('EXISTS', k) == 0 then
+    if b ~= keep and redis.call('EXISTS', k) == 0 then
       redis.call('ZREM', bucketsKey, b)
     end
   end
