@@ -71,6 +71,23 @@ local function finish(member, outcome, token, errmsg, delay)
   -- The fields every outcome needs; priority, attempts and the buffered run are read
   -- only on the paths that use them (a missing field costs a full scan of the hash).
   local j = redis.call('HMGET', jobKey, rf, 'st', 'sk', 'q', 'rl', 'h')
+  if outcome == 'ok' and j[1] and j[2] ~= 'cancelled' and field(j[3], 'at') == 'at' then
+    -- The common case, a one-time job's run succeeded: the run's field is rewritten from
+    -- its parts as read, without the general path's tables and number formatting. The
+    -- run is over and the finished job expires whole, its run field with it.
+    local rst, att, dl, tok, wk, sa, ra, er = string.match(j[1], RUN_FIELDS)
+    if tok and tok ~= '' and (not token or tok == token) and rst ~= 'cancelled' and tonumber(att) and tonumber(dl) then
+      leaving[#leaving + 1] = member
+      stat('f', j[4], -1)
+      local d = tonumber(due)
+      local s = tonumber(sa)
+      local h = hist_add(j[6], keep, due .. ',' .. (s and num(s - d) or '') .. ',' .. num(now - d) .. ',' .. wk .. ',' .. att)
+      redis.call('HSET', jobKey, rf, 'succeeded|' .. att .. '|' .. dl .. '||' .. wk .. '|' .. sa .. '|' .. ra .. '|' .. er,
+        'st', 'completed', 'rl', rl_del(j[5], due), 'h', h)
+      redis.call('PEXPIRE', jobKey, retention)
+      return 1
+    end
+  end
   local r = run_get(j[1])
   -- A run holds a token only while it is in flight.
   if r.tok == '' or (token and r.tok ~= token) then
@@ -87,8 +104,8 @@ local function finish(member, outcome, token, errmsg, delay)
   r.tok = ''
 
   if outcome == 'ok' and once then
-    -- The common case, written without the general path's tables: the run is over and
-    -- the finished job expires whole, its run field with it.
+    -- A succeeded one-time run the fast path above did not take (the job was cancelled
+    -- while it ran): the run is over and the finished job expires whole.
     r.st = 'succeeded'
     local d = tonumber(due)
     local sa = tonumber(r.sa)

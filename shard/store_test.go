@@ -524,3 +524,43 @@ func TestFireDue_NextDue(t *testing.T) {
 	require.Equal(t, int64(-1), d.NextDue)
 	require.Zero(t, buckets())
 }
+
+// What an acknowledged one-time run leaves in its job's hash, field by field: the run's
+// state with the token cleared, the job completed with no active run, one compact history
+// entry, and the job's expiry.
+func TestAck_OneTimeRunFields(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
+		_, err := s.Create(ctx, []*job.Job{{ID: "ack1", Type: "t", Schedule: job.Schedule{Now: true}}})
+		require.NoError(t, err)
+		c, err := s.Claim(ctx, 0, "default", 1, "w1", "nonce")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+
+		rc := s.Client()
+		key := s.Keys().Job(0, "ack1")
+		h, err := rc.Do(ctx, rc.B().Hgetall().Key(key).Build()).AsStrMap()
+		require.NoError(t, err)
+		_, due, _ := shard.SplitMember(c[0].Member)
+		sa := c[0].ClaimedAt.UnixMilli()
+		require.Equal(t, "succeeded|1|1||w1|"+strconv.FormatInt(sa, 10)+"||", h["r"+strconv.FormatInt(due, 10)])
+		require.Equal(t, "completed", h["st"])
+		require.Equal(t, ",", h["rl"])
+		parts := strings.Split(h["h"], ",")
+		require.Len(t, parts, 5, h["h"])
+		require.Equal(t, []string{strconv.FormatInt(due, 10), strconv.FormatInt(sa-due, 10)}, parts[:2])
+		require.Equal(t, []string{"w1", "1"}, parts[3:])
+		ttl, err := rc.Do(ctx, rc.B().Pttl().Key(key).Build()).AsInt64()
+		require.NoError(t, err)
+		require.InDelta(t, time.Hour.Milliseconds(), ttl, float64(time.Minute.Milliseconds()))
+
+		// A second ack with the same token is refused.
+		errs, err = s.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], shard.ErrTokenMismatch)
+	})
+}

@@ -195,12 +195,13 @@ end
 -- deliveries, token, worker, claimed at, retry at or died at, error). A run that is
 -- ready for its first attempt has no field yet. The token is set only while the run is
 -- in flight, so the token alone proves a claim.
+local RUN_FIELDS = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
+
 local function run_get(v)
   if not v or v == '' then
     return { st = '', att = 0, dl = 0, tok = '', wk = '', sa = '', ra = '', er = '' }
   end
-  local st, att, dl, tok, wk, sa, ra, er =
-    string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local st, att, dl, tok, wk, sa, ra, er = string.match(v, RUN_FIELDS)
   return { st = st or '', att = tonumber(att) or 0, dl = tonumber(dl) or 0, tok = tok or '',
     wk = wk or '', sa = sa or '', ra = ra or '', er = er or '' }
 end
