@@ -5,7 +5,9 @@
 // Each script documents its KEYS, ARGV and replies in its header; those headers are the
 // reference for the data model. A line `--- @include "name"` is replaced by the contents
 // of include/name.lua when the script is loaded (BullMQ's convention); includes may not
-// be circular.
+// be circular. Of an include, only the top-level declarations the including file uses
+// (directly or through other kept declarations) are kept: Redis runs a script's whole
+// text on every call, and defining unused helpers cost about 2 µs a call.
 //
 // Every script touches the keys of one shard only (one Redis Cluster slot) and uses
 // redis.call('TIME') as its clock.
@@ -43,6 +45,7 @@ func expand(fsys fs.FS, path string, stack []string) (string, error) {
 		return "", fmt.Errorf("lua: %w", err)
 	}
 	stack = append(stack, path)
+	own := includeRE.ReplaceAllString(string(b), "")
 	var expandErr error
 	out := includeRE.ReplaceAllStringFunc(string(b), func(line string) string {
 		name := includeRE.FindStringSubmatch(line)[1]
@@ -50,9 +53,84 @@ func expand(fsys fs.FS, path string, stack []string) (string, error) {
 		if err != nil && expandErr == nil {
 			expandErr = err
 		}
-		return src
+		return prune(src, own)
 	})
 	return out, expandErr
+}
+
+var (
+	identRE = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	// A top-level declaration: `local function name(` or `local a, b = ...`.
+	declRE = regexp.MustCompile(`^local\s+(?:function\s+([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*=)`)
+)
+
+// prune returns the parts of an include's source that user needs. The source is cut into
+// chunks, one per top-level `local` declaration (with the comment lines right above it);
+// a chunk is kept when a name it declares appears in user or in another kept chunk. Any
+// mention counts, even in a comment, so pruning can only keep too much, never too
+// little; a chunk that declares nothing (the file's header) is kept.
+func prune(src, user string) string {
+	type chunk struct {
+		lines []string
+		names []string
+	}
+	var chunks []*chunk
+	cur := &chunk{}
+	for _, line := range strings.Split(src, "\n") {
+		if m := declRE.FindStringSubmatch(line); m != nil {
+			next := &chunk{}
+			// The comment block right above a declaration belongs to it.
+			k := len(cur.lines)
+			for k > 0 && strings.HasPrefix(cur.lines[k-1], "--") {
+				k--
+			}
+			next.lines = append(next.lines, cur.lines[k:]...)
+			cur.lines = cur.lines[:k]
+			chunks = append(chunks, cur)
+			cur = next
+			names := m[1]
+			if names == "" {
+				names = m[2]
+			}
+			for _, n := range strings.Split(names, ",") {
+				cur.names = append(cur.names, strings.TrimSpace(n))
+			}
+		}
+		cur.lines = append(cur.lines, line)
+	}
+	chunks = append(chunks, cur)
+
+	used := map[string]bool{}
+	mark := func(text string) {
+		for _, id := range identRE.FindAllString(text, -1) {
+			used[id] = true
+		}
+	}
+	mark(user)
+	keep := make([]bool, len(chunks))
+	for changed := true; changed; {
+		changed = false
+		for i, c := range chunks {
+			if keep[i] {
+				continue
+			}
+			needed := len(c.names) == 0
+			for _, n := range c.names {
+				needed = needed || used[n]
+			}
+			if needed {
+				keep[i], changed = true, true
+				mark(strings.Join(c.lines, "\n"))
+			}
+		}
+	}
+	var out []string
+	for i, c := range chunks {
+		if keep[i] {
+			out = append(out, c.lines...)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // Names lists the scripts (without ".lua"), sorted.

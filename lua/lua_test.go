@@ -55,6 +55,51 @@ func TestInclude_Circular(t *testing.T) {
 	require.ErrorContains(t, err, "circular include")
 }
 
+// An include keeps only the declarations its includer uses, directly or through other
+// kept ones, each with the comment right above it; its header stays.
+func TestInclude_KeepsOnlyWhatIsUsed(t *testing.T) {
+	t.Parallel()
+	inc := `-- lib: helpers
+local cache = {}
+
+-- a uses b
+local function a(x)
+  return b(x) + 1
+end
+
+-- b reads the cache
+local function b(x)
+  return cache[x] or 0
+end
+
+-- c is unused
+local function c()
+  return 3
+end
+local d, e = 1, 2
+local t = {
+  k = 1,
+}
+`
+	out, err := expand(fstest.MapFS{
+		"s.lua":           {Data: []byte("--- @include \"lib\"\nreturn a(1) + e + t.k\n")},
+		"include/lib.lua": {Data: []byte(inc)},
+	}, "s.lua", nil)
+	require.NoError(t, err)
+	for _, want := range []string{"-- lib: helpers", "local cache = {}", "-- a uses b", "local function a(x)",
+		"-- b reads the cache", "local function b(x)", "local d, e = 1, 2", "local t = {\n  k = 1,\n}", "return a(1) + e + t.k"} {
+		require.Contains(t, out, want)
+	}
+	require.NotContains(t, out, "c is unused")
+	require.NotContains(t, out, "local function c")
+
+	// The real scripts: the claim defines no history helper, the ack does.
+	s, err := Load()
+	require.NoError(t, err)
+	require.NotContains(t, s.ClaimRuns.Src, "local function hist_push")
+	require.Contains(t, s.FinishRuns.Src, "local function hist_push")
+}
+
 func itoa(i int) string { return string(rune('0' + i)) }
 func atoi(s string) int {
 	n := 0

@@ -203,7 +203,8 @@ func TestRestoreJobs_IdempotentAndExpiry(t *testing.T) {
 		info, err := dst.Get(ctx, "expiring")
 		require.NoError(t, err)
 		require.Equal(t, job.StateCompleted, info.State)
-		require.WithinDuration(t, now.Add(time.Minute), info.Expires, time.Second)
+		// Generous: the test's own steps take real time on a loaded machine.
+		require.WithinDuration(t, now.Add(time.Minute), info.Expires, 10*time.Second)
 		_, err = dst.Get(ctx, "expired")
 		require.ErrorIs(t, err, shard.ErrNotFound)
 		// The ready run is filed once, however many restores ran.
