@@ -60,8 +60,8 @@ func expand(fsys fs.FS, path string, stack []string) (string, error) {
 
 var (
 	identRE = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
-	// A top-level declaration: `local function name(` or `local a, b = ...`.
-	declRE = regexp.MustCompile(`^local\s+(?:function\s+([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*=)`)
+	// A top-level declaration: `local function name(`, `local a, b = ...` or `local a`.
+	declRE = regexp.MustCompile(`^local\s+(?:function\s+([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*(?:=|--|$))`)
 )
 
 // prune returns the parts of an include's source that user needs. The source is cut into

@@ -77,21 +77,24 @@ local function c()
   return 3
 end
 local d, e = 1, 2
+local u
+local v -- unused
 local t = {
   k = 1,
 }
 `
 	out, err := expand(fstest.MapFS{
-		"s.lua":           {Data: []byte("--- @include \"lib\"\nreturn a(1) + e + t.k\n")},
+		"s.lua":           {Data: []byte("--- @include \"lib\"\nu = 1\nreturn a(1) + e + t.k + u\n")},
 		"include/lib.lua": {Data: []byte(inc)},
 	}, "s.lua", nil)
 	require.NoError(t, err)
 	for _, want := range []string{"-- lib: helpers", "local cache = {}", "-- a uses b", "local function a(x)",
-		"-- b reads the cache", "local function b(x)", "local d, e = 1, 2", "local t = {\n  k = 1,\n}", "return a(1) + e + t.k"} {
+		"-- b reads the cache", "local function b(x)", "local d, e = 1, 2", "local u\n", "local t = {\n  k = 1,\n}", "return a(1) + e + t.k + u"} {
 		require.Contains(t, out, want)
 	}
 	require.NotContains(t, out, "c is unused")
 	require.NotContains(t, out, "local function c")
+	require.NotContains(t, out, "local v")
 
 	// The real scripts: the claim defines no history helper, the ack does.
 	s, err := Load()
