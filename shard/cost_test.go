@@ -25,18 +25,10 @@ import (
 //
 // b.N is the number of jobs per round; the figures are Redis µs per run (INFO cpu).
 func BenchmarkRedisCost(b *testing.B) {
-	var backend *redistest.Backend
-	for _, be := range redistest.Backends(b) {
-		if be.Name == redistest.Server {
-			backend = &be
-		}
-	}
-	if backend == nil {
-		b.Skip("needs redis-server")
-	}
+	backend := redistest.ServerBackend(b)
 	ctx := context.Background()
 	c := backend.Client(b)
-	s, err := shard.Open(ctx, c, shard.Config{Namespace: redistest.Namespace(b, *backend), Shards: 64})
+	s, err := shard.Open(ctx, c, shard.Config{Namespace: redistest.Namespace(b, backend), Shards: 64})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -184,7 +184,7 @@ func (s *Store) countAndSignal(ctx context.Context, r rueidis.RedisResult, id ID
 	if err != nil || len(reply) != 2 {
 		return 0, fmt.Errorf("%s shard %d: %v", what, id, err)
 	}
-	s.publish(ctx, s.readySignals(nil, id, strs(reply[1]), 0))
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[1])))
 	return int(i64(reply[0])), nil
 }
 

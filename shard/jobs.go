@@ -256,7 +256,7 @@ func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs [
 		if wake := i64(reply[0]); wake > 0 {
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
-		msgs = s.readySignals(msgs, id, strs(reply[1]), 0)
+		msgs = s.readySignals(msgs, id, strs(reply[1]))
 		items := arr(reply[2])
 		for n, e := range chunk {
 			res := &results[e.idx]
@@ -560,7 +560,7 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 		if code < 0 {
 			return "", false, codeError(code)
 		}
-		msgs := s.readySignals(nil, id, strs(reply[3]), 0)
+		msgs := s.readySignals(nil, id, strs(reply[3]))
 		if wake := i64(reply[4]); wake > 0 {
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
@@ -591,7 +591,7 @@ func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err e
 	case code == 0:
 		return "", &StateError{Op: "trigger", JobID: jobID, State: str(reply[1])}
 	}
-	s.publish(ctx, s.readySignals(nil, id, []string{str(reply[3])}, 0))
+	s.publish(ctx, s.readySignals(nil, id, []string{str(reply[3])}))
 	if replErr != nil {
 		return "", fmt.Errorf("trigger job %q: %w", jobID, replErr)
 	}

@@ -297,7 +297,7 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		case code == 0:
 			return nil, &StateError{Op: "update", JobID: jobID, State: str(reply[1])}
 		}
-		msgs := s.readySignals(nil, id, strs(reply[4]), 0)
+		msgs := s.readySignals(nil, id, strs(reply[4]))
 		if wake := i64(reply[3]); wake > 0 {
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
@@ -461,7 +461,7 @@ func (s *Store) RequeueDead(ctx context.Context, member string) error {
 		jobID, _, _ := SplitMember(member)
 		return &StateError{Op: "requeue a dead run of", JobID: jobID, State: str(reply[1])}
 	}
-	s.publish(ctx, s.readySignals(nil, id, strs(reply[2]), 0))
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[2])))
 	if replErr != nil {
 		return fmt.Errorf("requeue dead run %q: %w", member, replErr)
 	}

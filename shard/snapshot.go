@@ -212,7 +212,7 @@ func (s *Store) RestoreJobs(ctx context.Context, id ID, recs []JobRecord) (Resto
 		if wake := i64(reply[3]); wake > 0 {
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
-		msgs = s.readySignals(msgs, id, strs(reply[4]), 0)
+		msgs = s.readySignals(msgs, id, strs(reply[4]))
 	}
 	s.publish(ctx, msgs)
 	return counts, firstErr
@@ -221,26 +221,13 @@ func (s *Store) RestoreJobs(ctx context.Context, id ID, recs []JobRecord) (Resto
 // Empty reports whether the namespace holds no job, scanning every primary until it meets
 // one.
 func (s *Store) Empty(ctx context.Context) (bool, error) {
-	addrs, nodes, err := Primaries(ctx, s.c)
+	errFound := errors.New("found a job")
+	err := s.ScanAllJobs(ctx, func(ID, []string) error { return errFound })
+	if errors.Is(err, errFound) {
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("check the namespace is empty: %w", err)
-	}
-	match := s.jobMatch()
-	for _, addr := range addrs {
-		n := nodes[addr]
-		var cursor uint64
-		for {
-			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(snapshotScanCount).Build()).AsScanEntry()
-			if err != nil {
-				return false, fmt.Errorf("check the namespace is empty: scan %s: %w", addr, err)
-			}
-			if len(e.Elements) > 0 {
-				return false, nil
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
-		}
 	}
 	return true, nil
 }

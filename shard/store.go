@@ -372,17 +372,15 @@ func (s *Store) publish(ctx context.Context, msgs [][2]string) {
 }
 
 // readySignals appends a ready signal per queue: "<shard> <at>", where at is the Redis
-// time (µs) by which the runs were ready: the script's own clock when the caller has it
-// (at > 0), else the estimate of the server's clock plus a margin, on the late side. A
-// worker whose claim of that shard ran before at knows the claim could not have seen
-// those runs (see ParseReady). fire_due publishes its signals itself, from its script.
-func (s *Store) readySignals(msgs [][2]string, id ID, queues []string, at int64) [][2]string {
+// time (µs) by which the runs were ready, estimated from the server's clock plus a
+// margin, on the late side. A worker whose claim of that shard ran before at knows the
+// claim could not have seen those runs (see ParseReady). fire_due publishes its own
+// signals from its script, stamped with its own clock.
+func (s *Store) readySignals(msgs [][2]string, id ID, queues []string) [][2]string {
 	if len(queues) == 0 {
 		return msgs
 	}
-	if at <= 0 {
-		at = s.estimateNow().Add(5 * time.Millisecond).UnixMicro()
-	}
+	at := s.estimateNow().Add(5 * time.Millisecond).UnixMicro()
 	msg := strconv.Itoa(int(id)) + " " + strconv.FormatInt(at, 10)
 	for _, q := range queues {
 		msgs = append(msgs, [2]string{s.keys.ReadyChannel(q), msg})

@@ -184,7 +184,7 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 			out[id] = FinishResult{Err: fmt.Errorf("finish runs on shard %d: %v", id, err)}
 			continue
 		}
-		msgs = s.readySignals(msgs, id, strs(reply[1]), 0)
+		msgs = s.readySignals(msgs, id, strs(reply[1]))
 		codes := arr(reply[0])
 		errs := make([]error, len(fs))
 		for i := range errs {

@@ -20,15 +20,7 @@ import (
 // test is not parallel, so that nothing else SCANs the package's server meanwhile.
 func TestExport_ScansEachKeyOnce(t *testing.T) {
 	const shards, jobs = 32, 10_000
-	var b redistest.Backend
-	for _, bb := range redistest.Backends(t) {
-		if bb.Name == redistest.Server {
-			b = bb
-		}
-	}
-	if b.Name == "" {
-		t.Skip("needs redis-server")
-	}
+	b := redistest.ServerBackend(t)
 	ctx := ctxT(t)
 	c := b.Client(t)
 	st := open(t, b, c, shard.Config{Shards: shards})

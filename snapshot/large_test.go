@@ -28,15 +28,7 @@ func TestExportRestore_100k(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 jobs: not in -short")
 	}
-	var b redistest.Backend
-	for _, bb := range redistest.Backends(t) {
-		if bb.Name == redistest.Server {
-			b = bb
-		}
-	}
-	if b.Name == "" {
-		t.Skip("needs redis-server")
-	}
+	b := redistest.ServerBackend(t)
 	ctx := ctxT(t)
 	st := open(t, b, b.Client(t), shard.Config{Shards: 16})
 

@@ -90,14 +90,9 @@ func TestServer_RunsTheAPIAndADispatcher(t *testing.T) {
 			s := startRole(t, cmdServer, env, "--http", "127.0.0.1:0", "--namespace", ns, "--shards", "8",
 				"--metrics-http", "127.0.0.1:0", "--snapshot-to", "file://"+t.TempDir(), "--snapshot-every", "1h")
 			api := map[string]string{"TOCK_API": s.url, "TOCK_TOKEN": "writer-0123456789abcdef"}
-			r := runTock(t, context.Background(), api, "", "jobs", "create", "--id", "soon", "--type", "t", "--delay", "300ms")
-			require.NoError(t, r.err, r.errOut)
 			// No worker runs in tock server: the dispatcher moves the run to ready.
-			require.Eventually(t, func() bool {
-				r := runTock(t, context.Background(), api, "", "jobs", "get", "soon", "--json")
-				return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "ready"
-			}, 10*time.Second, 20*time.Millisecond)
-			r = runTock(t, context.Background(), map[string]string{"TOCK_API": s.url, "TOCK_TOKEN": "reader-0123456789abcdef"}, "", "jobs", "cancel", "soon")
+			createAndAwaitReady(t, api, "soon", "300ms")
+			r := runTock(t, context.Background(), map[string]string{"TOCK_API": s.url, "TOCK_TOKEN": "reader-0123456789abcdef"}, "", "jobs", "cancel", "soon")
 			require.ErrorContains(t, r.err, "403")
 			r = runTock(t, context.Background(), map[string]string{"TOCK_API": s.url}, "", "jobs", "get", "soon")
 			require.ErrorContains(t, r.err, "401")
@@ -133,12 +128,7 @@ func TestIngestAndDispatcher(t *testing.T) {
 			require.Contains(t, api.logs.String(), "shards=8") // the namespace's, without --shards
 
 			env := map[string]string{"TOCK_API": api.url}
-			r := runTock(t, context.Background(), env, "", "jobs", "create", "--id", "soon", "--type", "t", "--delay", "200ms")
-			require.NoError(t, r.err, r.errOut)
-			require.Eventually(t, func() bool {
-				r := runTock(t, context.Background(), env, "", "jobs", "get", "soon", "--json")
-				return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "ready"
-			}, 10*time.Second, 20*time.Millisecond)
+			createAndAwaitReady(t, env, "soon", "200ms")
 
 			require.Equal(t, []string{"ingest", "redis"}, api.stop(t))
 			require.Equal(t, []string{"dispatcher", "metrics", "redis"}, d.stop(t))
@@ -228,4 +218,16 @@ func TestServer_Flags(t *testing.T) {
 	require.True(t, isLoopback("localhost:8080"))
 	require.False(t, isLoopback(":8080"))
 	require.False(t, isLoopback("0.0.0.0:8080"))
+}
+
+// createAndAwaitReady creates job id due after delay through the API of env (TOCK_API,
+// TOCK_TOKEN) and waits until a dispatcher has made its run ready.
+func createAndAwaitReady(t *testing.T, env map[string]string, id, delay string) {
+	t.Helper()
+	r := runTock(t, context.Background(), env, "", "jobs", "create", "--id", id, "--type", "t", "--delay", delay)
+	require.NoError(t, r.err, r.errOut)
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "jobs", "get", id, "--json")
+		return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "ready"
+	}, 10*time.Second, 20*time.Millisecond)
 }

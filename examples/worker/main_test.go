@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/tockhq/tock"
 	"github.com/tockhq/tock/dispatcher"
+	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/worker"
@@ -86,12 +85,8 @@ func TestParseDuration(t *testing.T) {
 func TestOpenNamespace(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	mr := miniredis.RunT(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
-		DisableCache: true, ForceSingleClient: true, AlwaysRESP2: true})
-	require.NoError(t, err)
-	t.Cleanup(rc.Close)
-	_, err = tock.New(ctx, rc, shard.Config{Namespace: "srv", Shards: 8, BucketSize: 10 * time.Second})
+	_, rc := redistest.Mini(t)
+	_, err := tock.New(ctx, rc, shard.Config{Namespace: "srv", Shards: 8, BucketSize: 10 * time.Second})
 	require.NoError(t, err)
 
 	c, err := openNamespace(ctx, rc, "srv", 0)
@@ -145,11 +140,7 @@ next:
 func TestWorker(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	mr := miniredis.RunT(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
-		DisableCache: true, ForceSingleClient: true, AlwaysRESP2: true})
-	require.NoError(t, err)
-	t.Cleanup(rc.Close)
+	_, rc := redistest.Mini(t)
 	client, err := tock.New(ctx, rc, shard.Config{Shards: 4})
 	require.NoError(t, err)
 

@@ -126,6 +126,20 @@ func Backends(t testing.TB) []Backend {
 	)
 }
 
+// ServerBackend returns the real standalone server of [Backends], for a test or benchmark
+// that needs exactly that one; without redis-server it skips t (or fails it, as Backends
+// does, when [RequireRedis]).
+func ServerBackend(t testing.TB) Backend {
+	t.Helper()
+	for _, b := range Backends(t) {
+		if b.Name == Server {
+			return b
+		}
+	}
+	t.Skip("needs redis-server")
+	return Backend{}
+}
+
 // Run calls fn as a subtest t.Run(b.Name, ...) for every backend of
 // [Backends]. Each subtest gets its own Backend value, so fn may call
 // t.Parallel(); the miniredis instance stays up until every subtest is done
@@ -387,7 +401,7 @@ func startAll() (*state, error) {
 	go func() {
 		defer wg.Done()
 		st.server, errs[0] = retryPorts(func(attempt int) (*proc, error) {
-			return startServer(dir, attempt)
+			return startServer(dir, "server", attempt)
 		})
 	}()
 	go func() {
@@ -427,13 +441,15 @@ func retryPorts(start func(attempt int) (*proc, error)) (*proc, error) {
 	return nil, err
 }
 
-func startServer(dir string, attempt int) (*proc, error) {
+// startServer starts a standalone redis-server (role names its directory under dir) on a
+// free port, with extra arguments, and waits until it answers PING.
+func startServer(dir, role string, attempt int, extra ...string) (*proc, error) {
 	port, err := freePort(false)
 	if err != nil {
 		return nil, err
 	}
-	sub := filepath.Join(dir, fmt.Sprintf("server-%d-%d", port, attempt))
-	p, err := startProc(sub, port)
+	sub := filepath.Join(dir, fmt.Sprintf("%s-%d-%d", role, port, attempt))
+	p, err := startProc(sub, port, extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,19 +41,7 @@ func StartReplicaSet(t testing.TB, n int) *ReplicaSet {
 	})
 	start := func(role string, extra ...string) *proc {
 		p, err := retryPorts(func(attempt int) (*proc, error) {
-			port, err := freePort(false)
-			if err != nil {
-				return nil, err
-			}
-			p, err := startProc(filepath.Join(dir, fmt.Sprintf("%s-%d-%d", role, port, attempt)), port, extra...)
-			if err != nil {
-				return nil, err
-			}
-			if err := p.waitPing(serverReadyTimeout); err != nil {
-				p.kill()
-				return nil, err
-			}
-			return p, nil
+			return startServer(dir, role, attempt, extra...)
 		})
 		if err != nil {
 			t.Fatalf("redistest: starting the %s: %v", role, err)
