@@ -22,16 +22,15 @@ local P = ARGV[1]
 local n = tonumber(ARGV[2])
 local worker, nonce = ARGV[3], ARGV[4]
 
-local now, nowUs = now_ms()
+local now, nowUs, nowStr = now_ms()
 local out = {}
 local inflight = {}
 -- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
 -- printf only for this script to drop them.
-local popped = redis.call('ZRANGE', readyKey, 0, n - 1)
+local popped = redis.call('ZRANGE', readyKey, '0', num(n - 1))
 if #popped > 0 then
-  redis.call('ZREMRANGEBYRANK', readyKey, 0, #popped - 1)
+  redis.call('ZREMRANGEBYRANK', readyKey, '0', num(#popped - 1))
 end
-local nowStr = num(now)
 -- A first attempt (no run field yet) gets the same field value and token in every run
 -- of the call, built once.
 local firstTok = '1-' .. nonce

@@ -34,14 +34,13 @@ local P = ARGV[1]
 local bucketMs = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 
-local now = now_ms()
-local nowStr = num(now)
+local now, _, nowStr = now_ms()
 
 -- The shard's earliest due time before this call, to decide whether to wake the dispatcher.
 local earliest = nil
-local firstBucket = redis.call('ZRANGE', bucketsKey, 0, 0)
+local firstBucket = redis.call('ZRANGE', bucketsKey, '0', '0')
 if firstBucket[1] then
-  local first = redis.call('ZRANGE', P .. 'due:' .. firstBucket[1], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', P .. 'due:' .. firstBucket[1], '0', '0', 'WITHSCORES')
   if first[2] then
     earliest = tonumber(first[2])
   end
@@ -49,7 +48,11 @@ end
 
 local wake = -1
 local results = {}
+local nr = 0
 local dueAdds, dueBuckets = {}, {}
+-- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
+-- share a bucket, and formatting a number costs more than filing the job.
+local lastLo, lastHi, lastB
 local i = 4
 for _ = 1, n do
   local id, kind, when, q, pri, dh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
@@ -61,46 +64,42 @@ for _ = 1, n do
   -- EXISTS first: a new id (the common case) costs less than reading three fields.
   local existing = redis.call('EXISTS', jobKey) == 1 and redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   if existing and existing[1] then
-    table.insert(results, 0)
-    table.insert(results, existing[1])
-    table.insert(results, tonumber(existing[2]) or 0)
-    table.insert(results, existing[3] or '')
+    results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 0, existing[1], tonumber(existing[2]) or 0, existing[3] or ''
   else
     local due = due_of(kind, when, now)
     if not due then
-      table.insert(results, -4)
-      table.insert(results, '')
-      table.insert(results, 0)
-      table.insert(results, '')
+      results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = -4, '', 0, ''
     else
-      local dueStr = num(due)
-      local state, next, rl
+      -- An 'at' time comes as the integer string it is (the caller formats it).
+      local dueStr = kind == 'at' and when or num(due)
+      local state, next, nextStr, rl
       if kind ~= 'cron' and due <= now then
         -- Due already: its run goes straight to the ready set.
-        state, next, rl = 'ready', 0, ',' .. dueStr .. ','
+        state, next, nextStr, rl = 'ready', 0, '0', ',' .. dueStr .. ','
         new_run(id, dueStr, q, pri)
       else
-        state, next, rl = 'scheduled', due, ','
+        state, next, nextStr, rl = 'scheduled', due, dueStr, ','
         stat('s', q, 1)
-        local b = num(math.floor(due / bucketMs))
-        local adds = group(dueAdds, dueBuckets, b)
-        table.insert(adds, dueStr)
-        table.insert(adds, id .. ':' .. dueStr)
+        if not lastLo or due < lastLo or due >= lastHi then
+          local bn = math.floor(due / bucketMs)
+          lastLo, lastHi, lastB = bn * bucketMs, (bn + 1) * bucketMs, num(bn)
+        end
+        local adds = group(dueAdds, dueBuckets, lastB)
+        local k = #adds
+        adds[k + 1], adds[k + 2] = dueStr, id .. ':' .. dueStr
         if (not earliest or due < earliest) and (wake == -1 or due < wake) then
           wake = due
         end
       end
       if ndef > 0 then
-        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', nowStr, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
+        redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
       else
-        redis.call('HSET', jobKey, 'st', state, 'nx', num(next), 'cr', nowStr, 'dh', dh, 'rl', rl)
+        redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl)
       end
-      table.insert(results, 1)
-      table.insert(results, state)
-      table.insert(results, next)
-      table.insert(results, dh)
+      results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
     end
   end
+  nr = nr + 4
 end
 
 for _, b in ipairs(dueBuckets) do

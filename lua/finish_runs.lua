@@ -74,9 +74,11 @@ local function finish(member, outcome, token, errmsg, delay)
   if outcome == 'ok' and j[1] and j[2] ~= 'cancelled' and field(j[3], 'at') == 'at' then
     -- The common case, a one-time job's run succeeded: the run's field is rewritten from
     -- its parts as read, without the general path's tables and number formatting. The
-    -- run is over and the finished job expires whole, its run field with it.
-    local rst, att, dl, tok, wk, sa, ra, er = string.match(j[1], RUN_FIELDS)
-    if tok and tok ~= '' and (not token or tok == token) and rst ~= 'cancelled' and tonumber(att) and tonumber(dl) then
+    -- pattern matches only a run in flight (running, with a token) whose attempts and
+    -- deliveries are numbers; anything else takes the general path. The run is over and
+    -- the finished job expires whole, its run field with it.
+    local att, dl, tok, wk, sa, ra, er = string.match(j[1], RUNNING_FIELDS)
+    if tok and (not token or tok == token) then
       leaving[#leaving + 1] = member
       stat('f', j[4], -1)
       local d = tonumber(due)
@@ -138,7 +140,7 @@ local function finish(member, outcome, token, errmsg, delay)
       local when
       if outcome == 'snooze' then
         r.att = att - 1
-        when = now + delay
+        when = now + (tonumber(delay) or 0)
         entry.o = 'snoozed'
       else
         local b = redis.call('HMGET', jobKey, 'ib', 'mb', 'mu', 'ji')
@@ -229,7 +231,7 @@ end
 local results = {}
 local i = 9
 for _ = 1, n do
-  table.insert(results, finish(ARGV[i], ARGV[i + 2], ARGV[i + 1], ARGV[i + 3], tonumber(ARGV[i + 4]) or 0))
+  results[#results + 1] = finish(ARGV[i], ARGV[i + 2], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4])
   i = i + 5
 end
 return { results, done() }

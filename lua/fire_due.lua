@@ -37,12 +37,12 @@ if redis.call('GET', leaseKey) ~= ARGV[3] then
   return -3
 end
 
-local now, nowUs = now_ms()
-local nowStr = num(now)
+local now, nowUs, nowStr = now_ms()
 local cron = {}
 local count, fired = 0, 0
 
-local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', nowStr, 'LIMIT', 0, 64)
+-- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
+local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', nowStr, 'LIMIT', '0', '64')
 local lastB
 for _, b in ipairs(buckets) do
   if count >= limit then
@@ -51,7 +51,7 @@ for _, b in ipairs(buckets) do
   lastB = b
   -- Without scores: Redis formats each score with printf, and only cron entries need it.
   local dueKey = P .. 'due:' .. b
-  local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', nowStr, 'LIMIT', 0, limit - count)
+  local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', nowStr, 'LIMIT', '0', count == 0 and ARGV[4] or num(limit - count))
   for _, member in ipairs(due) do
     count = count + 1
     local id, d = split_run(member)
@@ -73,7 +73,7 @@ for _, b in ipairs(buckets) do
       unfile_later(b, member, q)
     elseif once then
       unfile_later(b, member, q)
-      new_run(id, d, q, pri)
+      add_ready(q, pri, d, member)
       fired = fired + 1
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', rl_add(rl, d))
     else
@@ -98,15 +98,15 @@ if count >= limit or #buckets == 64 then
   -- More is due (or more due buckets than one call reads): go again at once.
   nextDue = now
 elseif lastB then
-  local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. lastB, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. lastB, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
   if first[2] then
     nextDue, keep = tonumber(first[2]), lastB
   end
 end
 flush_unfile(P, bucketsKey, keep)
 if nextDue == -1 then
-  for _, b in ipairs(redis.call('ZRANGE', bucketsKey, 0, 2)) do
-    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  for _, b in ipairs(redis.call('ZRANGE', bucketsKey, '0', '2')) do
+    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     if first[2] then
       nextDue = tonumber(first[2])
       break
@@ -115,7 +115,7 @@ if nextDue == -1 then
 end
 
 local nextDeadline = -1
-local dl = redis.call('ZRANGE', inflightKey, 0, 0, 'WITHSCORES')
+local dl = redis.call('ZRANGE', inflightKey, '0', '0', 'WITHSCORES')
 if dl[2] then
   nextDeadline = tonumber(dl[2])
 end
