@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -294,4 +295,51 @@ func TestRedisCluster(t *testing.T) {
 	require.Eventually(t, func() bool { return portsFree(base) }, 10*time.Second, 50*time.Millisecond, "down frees the ports")
 	require.Equal(t, 0, script(t, "down", "--base-port", b, "--dir", dir).code, "down is idempotent")
 	require.Equal(t, 1, script(t, "status", "--base-port", b, "--dir", dir).code, "status of a stopped cluster")
+}
+
+// TestRedisCost runs redis-cost.sh small and checks that it reports a count for every
+// step. It needs valgrind besides redis-server.
+func TestRedisCost(t *testing.T) {
+	requireRedis(t)
+	for _, bin := range []string{"valgrind", "callgrind_control", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not on PATH", bin)
+		}
+	}
+	run := func(args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", append([]string{"redis-cost.sh"}, args...)...)
+		var errOut bytes.Buffer
+		cmd.Stderr = &errOut
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return errOut.String(), ee.ExitCode()
+		}
+		require.NoError(t, err, "redis-cost.sh %s: %s", strings.Join(args, " "), errOut.String())
+		return string(out), 0
+	}
+
+	msg, code := run("lots")
+	require.Equal(t, 2, code, msg)
+	require.Contains(t, msg, "usage")
+
+	out, code := run("128")
+	require.Equal(t, 0, code, out)
+	var got struct {
+		Jobs   int
+		PerRun map[string]float64 `json:"instructions_per_run"`
+		PerEmp map[string]float64 `json:"instructions_per_empty_call"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, 128, got.Jobs)
+	// A script call alone takes thousands of instructions: a smaller count means a step
+	// was not measured.
+	for _, step := range []string{"create", "fire", "claim", "ack"} {
+		require.Greater(t, got.PerRun[step], 5000.0, "%s: %s", step, out)
+	}
+	for _, step := range []string{"fire", "claim"} {
+		require.Greater(t, got.PerEmp[step], 5000.0, "empty %s: %s", step, out)
+	}
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# redis-cost.sh: how many instructions redis-server executes in tock's scripts per run,
+# for each step of a one-time job's life, counted by valgrind's callgrind. Counts repeat
+# exactly from run to run, whatever else the machine is doing, unlike times: this is the
+# figure to compare when changing a script (see bench/README.md).
+#
+#   scripts/redis-cost.sh [JOBS]     (default 2000)
+#
+# It starts a redis-server under callgrind on a free loopback port, counting only inside
+# EVALSHA and EVAL (the scripts and the commands they call), runs BenchmarkRedisCost
+# (shard/cost_test.go) against it with JOBS jobs on 64 shards, and prints one JSON object:
+# instructions per run for create, fire, claim and ack, and per call for a fire and a
+# claim that find nothing to do. Needs valgrind, redis-server and go on PATH; it takes
+# about a minute for 2000 jobs. REDIS_SERVER names the server binary.
+#
+# Exit status: 0 success, 1 failure, 2 usage error.
+set -euo pipefail
+
+jobs=${1:-2000}
+if ! [[ $jobs =~ ^[1-9][0-9]*$ ]] || (($# > 1)); then
+  echo "usage: scripts/redis-cost.sh [JOBS]" >&2
+  exit 2
+fi
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+cd "$(dirname "$0")/.."
+for tool in valgrind callgrind_control "$REDIS_SERVER" redis-cli go; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "redis-cost.sh: $tool not found" >&2
+    exit 1
+  fi
+done
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/tock-redis-cost.XXXXXX")
+pid=
+cleanup() {
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# A free port: bind to port 0 and read what the kernel chose.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
+  --toggle-collect=evalShaCommand --toggle-collect=evalCommand \
+  "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+  >"$dir/valgrind.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do
+  redis-cli -p "$port" ping >/dev/null 2>&1 && break
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "redis-cost.sh: redis-server under valgrind exited:" >&2
+    cat "$dir/valgrind.log" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
+
+if ! TOCK_COST_ADDR="127.0.0.1:$port" TOCK_COST_CALLGRIND="$pid" \
+  go test ./shard -run '^$' -bench '^BenchmarkRedisCost$' -benchtime "${jobs}x" -count 1 >"$dir/bench.log" 2>&1; then
+  echo "redis-cost.sh: benchmark failed:" >&2
+  cat "$dir/bench.log" >&2
+  exit 1
+fi
+redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+wait "$pid" 2>/dev/null || true
+pid=
+
+# Each dump holds the instructions since the one before; the benchmark runs once with one
+# job before the measured round, so the last dump of each step is the one that counts.
+summary() {
+  local f part best=-1 last=
+  for f in $(grep -l "^desc: Trigger: dump $1\$" "$dir"/cg.out.* 2>/dev/null); do
+    part=$(awk '/^part:/ {print $2; exit}' "$f")
+    if ((part > best)); then
+      best=$part
+      last=$f
+    fi
+  done
+  if [[ -z $last ]]; then
+    echo "redis-cost.sh: no callgrind dump for step $1" >&2
+    exit 1
+  fi
+  awk '/^summary:/ {print $2}' "$last"
+}
+per() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", a / b}'; }
+calls=6400 # the empty calls of each kind BenchmarkRedisCost makes
+printf '{"jobs":%d,"shards":64,"instructions_per_run":{"create":%s,"fire":%s,"claim":%s,"ack":%s},"instructions_per_empty_call":{"fire":%s,"claim":%s}}\n' \
+  "$jobs" "$(per "$(summary create)" "$jobs")" "$(per "$(summary fire)" "$jobs")" \
+  "$(per "$(summary claim)" "$jobs")" "$(per "$(summary ack)" "$jobs")" \
+  "$(per "$(summary fire-empty)" $calls)" "$(per "$(summary claim-empty)" $calls)"
