@@ -111,3 +111,28 @@ func atoi(s string) int {
 	}
 	return n
 }
+
+// The library holds every script once, as a function named by its Fn, and the include
+// once; its name and the functions' names carry the same hash of its source.
+func TestLibrary(t *testing.T) {
+	t.Parallel()
+	s, err := Load()
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(s.Library, "#!lua name="+s.LibraryName+"\n"), "shebang names the library")
+	require.Regexp(t, `^tock_[0-9a-f]{12}$`, s.LibraryName)
+	tag := strings.TrimPrefix(s.LibraryName, "tock_")
+	seen := map[string]bool{}
+	for _, name := range Names() {
+		fn := name + "_" + tag
+		require.False(t, seen[fn])
+		seen[fn] = true
+		require.Equal(t, 1, strings.Count(s.Library, "redis.register_function('"+fn+"', f_"+name+")"), name)
+		require.Equal(t, 1, strings.Count(s.Library, "local function f_"+name+"(KEYS, ARGV)\nreset_state()\n"), name)
+	}
+	require.Equal(t, s.ClaimRuns.Fn, "claim_runs_"+tag)
+	require.Equal(t, 1, strings.Count(s.Library, "local function reset_state()"), "the include comes once")
+	require.False(t, includeRE.MatchString(s.Library))
+	again, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, s.Library, again.Library, "the library is the same on every load")
+}

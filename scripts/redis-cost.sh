@@ -7,7 +7,7 @@
 #   scripts/redis-cost.sh [JOBS]     (default 2000)
 #
 # It starts a redis-server under callgrind on a free loopback port, counting only inside
-# EVALSHA and EVAL (the scripts and the commands they call), runs BenchmarkRedisCost
+# FCALL, EVALSHA and EVAL (the scripts and the commands they call), runs BenchmarkRedisCost
 # (shard/cost_test.go) against it with JOBS jobs on 64 shards, and prints one JSON object:
 # instructions per run for create, fire, claim and ack, and per call for a fire and a
 # claim that find nothing to do. Needs valgrind, redis-server and go on PATH; it takes
@@ -44,7 +44,7 @@ trap cleanup EXIT
 # A free port: bind to port 0 and read what the kernel chose.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
-  --toggle-collect=evalShaCommand --toggle-collect=evalCommand \
+  --toggle-collect=fcallCommand --toggle-collect=evalShaCommand --toggle-collect=evalCommand \
   "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
   >"$dir/valgrind.log" 2>&1 &
 pid=$!

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -105,6 +106,12 @@ type Store struct {
 	// initialised is true when Open recorded the namespace's settings (it was new).
 	initialised bool
 
+	// functions is true while the scripts run as Redis functions (FCALL of the lua
+	// package's library), false on a server without them (miniredis, Redis before 7),
+	// where they run with EVALSHA.
+	functions atomic.Bool
+	loadMu    sync.Mutex // one load of the library at a time
+
 	clockMu    sync.Mutex
 	offset     time.Duration // Redis TIME − local clock
 	measuredAt time.Time
@@ -127,6 +134,7 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: c, cfg: cfg, keys: NewKeys(cfg.Namespace, tags), scripts: scripts, bucketMs: cfg.BucketSize.Milliseconds()}
+	s.loadLibrary(ctx)
 	want := []string{strconv.Itoa(cfg.Shards), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(SchemaVersion)}
 	reply, err := s.exec1(ctx, call{scripts.InitNamespace, []string{s.keys.Meta()}, want}).ToArray()
 	if err != nil {
@@ -158,6 +166,10 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 // Initialised reports whether Open initialised the namespace: true when it was new and
 // this Store recorded its settings, false when they were recorded already.
 func (s *Store) Initialised() bool { return s.initialised }
+
+// Functions reports whether the scripts run as Redis functions (FCALL), as on Redis 7
+// and later, rather than with EVALSHA (miniredis, older Redis).
+func (s *Store) Functions() bool { return s.functions.Load() }
 
 // Shards returns the shard count.
 func (s *Store) Shards() int { return s.cfg.Shards }
@@ -248,10 +260,10 @@ type call struct {
 	args   []string
 }
 
-// exec runs the calls in one pipeline with EVALSHA, runs again with EVAL those the server
-// did not know, and retries (bounded) those that met TRYAGAIN, CLUSTERDOWN, MOVED or ASK
-// during a slot migration or failover: such a script did not run, so running it again is
-// safe.
+// exec runs the calls in one pipeline, as FCALLs of the script library (see
+// loadLibrary) or with EVALSHA, runs again with EVAL those the server did not know, and
+// retries (bounded) those that met TRYAGAIN, CLUSTERDOWN, MOVED or ASK during a slot
+// migration or failover: such a script did not run, so running it again is safe.
 func (s *Store) exec(ctx context.Context, calls ...call) []rueidis.RedisResult {
 	out, _ := s.execute(ctx, false, calls)
 	return out
@@ -286,15 +298,31 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 	for i := range calls {
 		pending[i] = i
 	}
-	useEval := make([]bool, len(calls))
+	// How each call runs: FCALL while the server has the library, else EVALSHA, else
+	// EVAL.
+	const (
+		viaFcall = iota
+		viaEvalsha
+		viaEval
+	)
+	via := make([]int, len(calls))
+	if !s.functions.Load() {
+		for i := range via {
+			via[i] = viaEvalsha
+		}
+	}
+	reloaded := false
 	for attempt := 0; len(pending) > 0; attempt++ {
 		cmds := make(rueidis.Commands, len(pending))
 		for k, i := range pending {
 			c := calls[i]
-			if useEval[i] {
-				cmds[k] = s.c.B().Eval().Script(c.script.Src).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
-			} else {
+			switch via[i] {
+			case viaFcall:
+				cmds[k] = s.c.B().Fcall().Function(c.script.Fn).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+			case viaEvalsha:
 				cmds[k] = s.c.B().Evalsha().Sha1(c.script.SHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+			default:
+				cmds[k] = s.c.B().Eval().Script(c.script.Src).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 			}
 		}
 		var res []rueidis.RedisResult
@@ -312,16 +340,37 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 			res = s.c.DoMulti(ctx, cmds...)
 		}
 		var again []int
+		missing := false
 		for k, i := range pending {
 			out[i] = res[k]
 			re, ok := rueidis.IsRedisErr(res[k].Error())
 			switch {
 			case !ok:
-			case re.IsNoScript() && !useEval[i]:
-				useEval[i] = true
+			case via[i] == viaFcall && functionMissing(re):
+				// A node without the library (restarted without persistence, new in the
+				// cluster, flushed): it is loaded once more, then the call falls back to
+				// EVALSHA. The function did not run.
+				if reloaded {
+					via[i] = viaEvalsha
+				}
+				missing = true
+				again = append(again, i)
+			case re.IsNoScript() && via[i] == viaEvalsha:
+				via[i] = viaEval
 				again = append(again, i)
 			case redirected(re) && attempt < 20:
 				again = append(again, i)
+			}
+		}
+		if missing && !reloaded {
+			reloaded = true
+			s.loadLibrary(ctx)
+			if !s.functions.Load() {
+				for _, i := range again {
+					if via[i] == viaFcall {
+						via[i] = viaEvalsha
+					}
+				}
 			}
 		}
 		pending = again
@@ -337,6 +386,28 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 		}
 	}
 	return out, replErrs
+}
+
+// loadLibrary loads the script library on every node the client knows (a server, or the
+// nodes of a Cluster; a replica refuses and gets it from its master) and turns FCALL on
+// when at least one node took it, off when none did (miniredis and Redis before 7 have no
+// functions: EVALSHA is used there). FUNCTION LOAD REPLACE makes a second load, by this or
+// another process, harmless.
+func (s *Store) loadLibrary(ctx context.Context) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	loaded := false
+	for _, n := range s.c.Nodes() {
+		if err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(s.scripts.Library).Build()).Error(); err == nil {
+			loaded = true
+		}
+	}
+	s.functions.Store(loaded)
+}
+
+// functionMissing reports whether FCALL failed because the node lacks the function.
+func functionMissing(re *rueidis.RedisError) bool {
+	return strings.Contains(re.Error(), "Function not found")
 }
 
 // redirected reports whether a command met a slot migration or failover and did not run:

@@ -344,3 +344,13 @@ local function due_of(kind, when, now)
   local c = candidate(when, now)
   return c and tonumber(c)
 end
+
+-- reset_state empties the collections the helpers above fill during a call. A script
+-- run as a Redis function (see lua.Library) calls it first: its helpers are created once,
+-- when the library is loaded, and outlive a call. A script run with EVAL has them fresh.
+local function reset_state()
+  statDelta = { s = {}, f = {}, d = {}, n = {} }
+  statOrder = {}
+  unfiles, unfileBuckets = {}, {}
+  readyAdds, readyQueues = {}, {}
+end
