@@ -110,7 +110,8 @@ type Store struct {
 	// package's library), false on a server without them (miniredis, Redis before 7),
 	// where they run with EVALSHA.
 	functions atomic.Bool
-	loadMu    sync.Mutex // one load of the library at a time
+	loadMu    sync.Mutex // one load of the library at a time; guards loadedAt
+	loadedAt  time.Time  // when the library was last loaded
 
 	clockMu    sync.Mutex
 	offset     time.Duration // Redis TIME − local clock
@@ -364,7 +365,7 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 		}
 		if missing && !reloaded {
 			reloaded = true
-			s.loadLibrary(ctx)
+			s.reloadLibrary(ctx)
 			if !s.functions.Load() {
 				for _, i := range again {
 					if via[i] == viaFcall {
@@ -396,6 +397,22 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 func (s *Store) loadLibrary(ctx context.Context) {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	s.loadLocked(ctx)
+}
+
+// reloadLibrary is loadLibrary for a call that found a node without the library, at most
+// once a second: a node that cannot take it (an ACL that refuses FUNCTION LOAD) must not
+// get the library sent with every call; its calls fall back to EVALSHA meanwhile.
+func (s *Store) reloadLibrary(ctx context.Context) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if time.Since(s.loadedAt) >= time.Second {
+		s.loadLocked(ctx)
+	}
+}
+
+func (s *Store) loadLocked(ctx context.Context) {
+	s.loadedAt = time.Now()
 	loaded := false
 	for _, n := range s.c.Nodes() {
 		if err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(s.scripts.Library).Build()).Error(); err == nil {
