@@ -44,7 +44,7 @@ if mode == 'reap' and redis.call('GET', leaseKey) ~= ARGV[6] then
   return -3
 end
 
-local now = now_ms()
+local now, _, nowStr = now_ms()
 local leaving = {}
 
 -- next_rand walks a low-discrepancy sequence from the caller's random seed.
@@ -68,24 +68,24 @@ local function finish(member, outcome, token, errmsg, delay)
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
   local rf = 'r' .. due
-  -- The fields every outcome needs; priority, attempts and the buffered run are read
-  -- only on the paths that use them (a missing field costs a full scan of the hash).
-  local j = redis.call('HMGET', jobKey, rf, 'st', 'sk', 'q', 'rl', 'h')
+  -- The fields every outcome needs; priority, attempts, history and the buffered run are
+  -- read only on the paths that use them (every field read costs about as much as
+  -- building a string).
+  local j = redis.call('HMGET', jobKey, rf, 'st', 'sk', 'q', 'rl')
   if outcome == 'ok' and j[1] and j[2] ~= 'cancelled' and field(j[3], 'at') == 'at' then
     -- The common case, a one-time job's run succeeded: the run's field is rewritten from
-    -- its parts as read, without the general path's tables and number formatting. The
-    -- pattern matches only a run in flight (running, with a token) whose attempts and
-    -- deliveries are numbers; anything else takes the general path. The run is over and
-    -- the finished job expires whole, its run field with it.
-    local att, dl, tok, wk, sa, ra, er = string.match(j[1], RUNNING_FIELDS)
+    -- its parts as read, without the general path's tables and number formatting, and
+    -- with the end time where a retry time is kept ('ra'). The pattern matches only a run
+    -- in flight (running, with a token) whose attempts and deliveries are numbers;
+    -- anything else takes the general path. The history is not rewritten: 'hs' names the
+    -- run, and readers put its entry first (shard.Store.Runs); the job is final, so no
+    -- entry comes after it. The finished job expires whole.
+    local att, dl, tok, wk, sa, _, er = string.match(j[1], RUNNING_FIELDS)
     if tok and (not token or tok == token) then
       leaving[#leaving + 1] = member
       stat('f', j[4], -1)
-      local d = tonumber(due)
-      local s = tonumber(sa)
-      local h = hist_add(j[6], keep, due .. ',' .. (s and num(s - d) or '') .. ',' .. num(now - d) .. ',' .. wk .. ',' .. att)
-      redis.call('HSET', jobKey, rf, 'succeeded|' .. att .. '|' .. dl .. '||' .. wk .. '|' .. sa .. '|' .. ra .. '|' .. er,
-        'st', 'completed', 'rl', rl_del(j[5], due), 'h', h)
+      redis.call('HSET', jobKey, rf, 'succeeded|' .. att .. '|' .. dl .. '||' .. wk .. '|' .. sa .. '|' .. nowStr .. '|' .. er,
+        'st', 'completed', 'rl', rl_del(j[5], due), 'hs', due)
       redis.call('PEXPIRE', jobKey, retention)
       return 1
     end
@@ -96,7 +96,7 @@ local function finish(member, outcome, token, errmsg, delay)
     return -2
   end
   leaving[#leaving + 1] = member
-  local st, q, rl, h = j[2], j[4], j[5], j[6]
+  local st, q, rl = j[2], j[4], j[5]
   stat('f', q, -1)
   if r.st == 'cancelled' or (st == 'cancelled' and outcome ~= 'ok') then
     outcome = 'cancel'
@@ -105,6 +105,7 @@ local function finish(member, outcome, token, errmsg, delay)
   local once = field(j[3], 'at') == 'at'
   r.tok = ''
 
+  local h = redis.call('HGET', jobKey, 'h')
   if outcome == 'ok' and once then
     -- A succeeded one-time run the fast path above did not take (the job was cancelled
     -- while it ran): the run is over and the finished job expires whole.

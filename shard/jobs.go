@@ -402,14 +402,59 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 		return nil, err
 	}
 	id := s.ShardOf(jobID)
-	f, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.keys.Job(id, jobID)).Field("st", "h").Build()).ToArray()
-	if err != nil || len(f) != 2 {
+	key := s.keys.Job(id, jobID)
+	f, err := s.c.Do(ctx, s.c.B().Hmget().Key(key).Field("st", "h", "hs").Build()).ToArray()
+	if err != nil || len(f) != 3 {
 		return nil, fmt.Errorf("runs of job %q: %v", jobID, err)
 	}
 	if f[0].IsNil() {
 		return nil, ErrNotFound
 	}
-	return decodeHistory(jobID, str(f[1]))
+	runs, err := decodeHistory(jobID, str(f[1]))
+	if err != nil {
+		return nil, err
+	}
+	// A one-time job that succeeded on the ack's fast path names its run in 'hs' instead
+	// of adding an entry to 'h' (finish_runs): that entry is the newest.
+	if due := str(f[2]); due != "" {
+		v, err := s.c.Do(ctx, s.c.B().Hget().Key(key).Field("r"+due).Build()).ToString()
+		if err != nil {
+			return nil, fmt.Errorf("runs of job %q: run %s: %w", jobID, due, err)
+		}
+		last, err := succeededRun(due, v)
+		if err != nil {
+			return nil, fmt.Errorf("runs of job %q: run %s %q: %w", jobID, due, v, err)
+		}
+		runs = append([]job.Run{last}, runs...)
+		if len(runs) > s.cfg.History {
+			runs = runs[:s.cfg.History]
+		}
+	}
+	return runs, nil
+}
+
+// succeededRun is the history entry of a run that succeeded on the ack's fast path,
+// from its field "succeeded|att|dl||wk|sa|end|er" (run_get in lua/include/common.lua).
+func succeededRun(due, v string) (job.Run, error) {
+	p := strings.SplitN(v, "|", 8) // the error, last, may hold '|'
+	if len(p) != 8 || p[0] != string(job.OutcomeSucceeded) {
+		return job.Run{}, errors.New("not a succeeded run")
+	}
+	d, err1 := strconv.ParseInt(due, 10, 64)
+	att, err2 := strconv.Atoi(p[1])
+	end, err3 := strconv.ParseInt(p[6], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return job.Run{}, err
+	}
+	r := job.Run{Due: ms(d), End: ms(end), Worker: p[4], Attempt: att, Outcome: job.OutcomeSucceeded}
+	if p[5] != "" {
+		start, err := strconv.ParseInt(p[5], 10, 64)
+		if err != nil {
+			return job.Run{}, err
+		}
+		r.Start = ms(start)
+	}
+	return r, nil
 }
 
 // decodeHistory decodes a job's 'h' field, newest first, one entry per line: a cjson

@@ -6,6 +6,9 @@
 --   P..'due:'..bucket  ZSET  runs due in one bucket; score = when they become ready (ms)
 --   P..'ready:'..queue ZSET  ready runs; score = (9-priority)*1e13 + due_ms
 --   job field 'h'            recent runs of a job: cjson entries, newest first, one per line
+--   job field 'hs'           the due time of a one-time job's run that succeeded on the
+--                            ack's fast path: its entry, newest of all, is not in 'h' but
+--                            read from its run field (shard.Store.Runs)
 --   P..'stats'         HASH  per-queue counts: 's:'..q scheduled (in due buckets), 'f:'..q in
 --                            flight, 'd:'..q dead, 'n:'..q runs made ready since creation
 
