@@ -66,7 +66,7 @@ func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 
 // Job holds a job's definition, its state, its runs (fields 'r<due ms>') and its recent
-// history (field 'h'). // HASH
+// history (field 'h', and 'hs' naming a one-time job's last, succeeded run). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
 
 // Fence is the key, in the same Cluster slot as key (a key of this namespace), that a
