@@ -42,8 +42,9 @@ end
 -- counts passes the run's queue field as read (nil, false or '' mean the default queue),
 -- or UNKNOWN_Q when the job is gone and its queue cannot be known.
 local UNKNOWN_Q = {}
-local statDelta = { s = {}, f = {}, d = {}, n = {} }
-local statOrder = {}
+-- Created at the first change of a call: a table costs about as much as a field read,
+-- and many calls change nothing.
+local statDelta, statOrder
 
 local function stat(kind, q, d)
   if q == UNKNOWN_Q then
@@ -52,7 +53,14 @@ local function stat(kind, q, d)
   if not q or q == '' then
     q = 'default'
   end
+  if not statDelta then
+    statDelta, statOrder = {}, {}
+  end
   local t = statDelta[kind]
+  if not t then
+    t = {}
+    statDelta[kind] = t
+  end
   local v = t[q]
   if not v then
     v = 0
@@ -64,6 +72,9 @@ end
 
 -- flush_stats runs last: flush_ready counts the runs it makes ready ('n').
 local function flush_stats(P)
+  if not statOrder then
+    return
+  end
   for i = 1, #statOrder, 2 do
     local kind, q = statOrder[i], statOrder[i + 1]
     local d = statDelta[kind][q]
@@ -110,17 +121,22 @@ end
 
 -- Removals from due buckets of members known to be there are collected and sent as one
 -- ZREM per bucket by flush_unfile. unfile_later takes the bucket number as a string.
-local unfiles = {}
-local unfileBuckets = {}
+local unfiles, unfileBuckets
 
 local function unfile_later(b, member, q)
   stat('s', q, -1)
+  if not unfiles then
+    unfiles, unfileBuckets = {}, {}
+  end
   local l = group(unfiles, unfileBuckets, b)
   l[#l + 1] = member
 end
 
 -- A bucket the caller knows still holds entries (keep) is not checked for emptiness.
 local function flush_unfile(P, bucketsKey, keep)
+  if not unfileBuckets then
+    return
+  end
   for _, b in ipairs(unfileBuckets) do
     local k = P .. 'due:' .. b
     local l = unfiles[b]
@@ -195,11 +211,13 @@ local function ready_score_str(pri, due)
 end
 
 -- Additions to ready sets are collected and sent as one ZADD per queue by flush_ready.
-local readyAdds = {}
-local readyQueues = {}
+local readyAdds, readyQueues
 
 local function add_ready(q, pri, due, member)
   q = field(q, 'default')
+  if not readyAdds then
+    readyAdds, readyQueues = {}, {}
+  end
   local adds = group(readyAdds, readyQueues, q)
   local k = #adds
   adds[k + 1], adds[k + 2] = ready_score_str(pri, due), member
@@ -207,6 +225,9 @@ end
 
 -- flush_ready writes the collected ready runs and returns the queues that got some.
 local function flush_ready(P)
+  if not readyQueues then
+    return {}
+  end
   for _, q in ipairs(readyQueues) do
     local adds = readyAdds[q]
     stat('n', q, #adds / 2)
@@ -352,8 +373,7 @@ end
 -- run as a Redis function (see lua.Library) calls it first: its helpers are created once,
 -- when the library is loaded, and outlive a call. A script run with EVAL has them fresh.
 local function reset_state()
-  statDelta = { s = {}, f = {}, d = {}, n = {} }
-  statOrder = {}
-  unfiles, unfileBuckets = {}, {}
-  readyAdds, readyQueues = {}, {}
+  statDelta, statOrder = nil, nil
+  unfiles, unfileBuckets = nil, nil
+  readyAdds, readyQueues = nil, nil
 end
