@@ -11,9 +11,13 @@
 --
 -- Derived keys: P..'job:'..id, P..'stats'
 --
--- Returns: { now, runs, now_us } where runs holds, per claimed run, 8 entries: member,
---          token, attempt (1-based), type, payload, timeout ms, visibility ms, max
---          attempts; now_us is now in microseconds (a string), which orders the claim
+-- Returns: { now, runs, now_us, first_token } where runs holds, per claimed run, 4
+--          entries: member, type, payload, and rest: '' for a first attempt whose job
+--          keeps the default timeout, visibility and max attempts (its token is
+--          first_token, the same for every first attempt of the call), else
+--          "token|attempt|timeout ms|visibility ms|max attempts", a default left empty.
+--          Every value returned costs Redis about as much as a field read: most runs
+--          need three. now_us is now in microseconds (a string), which orders the claim
 --          against ready signals.
 --- @include "common"
 
@@ -63,16 +67,18 @@ for _, member in ipairs(popped) do
     end
     -- The job's state stays 'ready' while a one-time run runs (readers tell a running
     -- run from its field).
-    local tok, att
+    local rest = ''
     if j[7] and j[7] ~= '' then
       local r = run_get(j[7])
       r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
       r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
       redis.call('HSET', jobKey, rf, run_pack(r))
-      tok, att = r.tok, r.att
+      rest = r.tok .. '|' .. num(r.att) .. '|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '')
     else
       redis.call('HSET', jobKey, rf, firstRun)
-      tok, att = firstTok, 1
+      if j[4] or j[5] or j[6] then
+        rest = firstTok .. '|1|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '')
+      end
     end
     local vt = j[5] or '30000'
     local deadline = deadlines[vt]
@@ -83,9 +89,8 @@ for _, member in ipairs(popped) do
     inflight[ni + 1], inflight[ni + 2] = deadline, member
     ni = ni + 2
     -- Numbers go back as the strings they are stored as; the caller parses them.
-    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, tok, att, j[1]
-    out[no + 5], out[no + 6], out[no + 7], out[no + 8] = payload, j[4] or '1800000', vt, j[6] or '25'
-    no = no + 8
+    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, j[1], payload, rest
+    no = no + 4
   end
 end
 if ni > 0 then
@@ -94,4 +99,4 @@ if ni > 0 then
   flush_stats(P)
 end
 
-return { now, out, nowUs }
+return { now, out, nowUs, firstTok }

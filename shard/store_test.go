@@ -622,3 +622,61 @@ func TestRuns_OneTimeSuccessAfterSnoozes(t *testing.T) {
 		require.Equal(t, job.StateCompleted, info.State)
 	})
 }
+
+// A claim returns a job's settings and a run's token and attempt: defaults and a first
+// attempt in the short form, anything else spelled out (claim_runs).
+func TestClaim_SettingsTokensAndAttempts(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.Create(ctx, []*job.Job{
+			{ID: "d", Type: "t", Payload: []byte("x"), Schedule: job.Schedule{Now: true}},
+			{ID: "v", Type: "u", Schedule: job.Schedule{Now: true}, Timeout: 5 * time.Second, Visibility: 7 * time.Second,
+				Retry: job.RetryPolicy{MaxAttempts: 3}},
+			{ID: "w", Type: "u", Schedule: job.Schedule{Now: true}, Visibility: 9 * time.Second},
+		})
+		require.NoError(t, err)
+		c, err := s.Claim(ctx, 0, "default", 10, "w1", "n1")
+		require.NoError(t, err)
+		require.Len(t, c, 3)
+		byID := map[string]shard.Claimed{}
+		for _, r := range c {
+			require.NotEmpty(t, r.Token)
+			require.Equal(t, 1, r.Attempt)
+			byID[r.JobID] = r
+		}
+		d, v, w := byID["d"], byID["v"], byID["w"]
+		require.Equal(t, "t", d.Type)
+		require.Equal(t, []byte("x"), d.Payload)
+		require.Equal(t, []time.Duration{job.DefaultTimeout, job.DefaultVisibility}, []time.Duration{d.Timeout, d.Visibility})
+		require.Equal(t, job.DefaultMaxAttempts, d.MaxAttempts)
+		require.Equal(t, []time.Duration{5 * time.Second, 7 * time.Second}, []time.Duration{v.Timeout, v.Visibility})
+		require.Equal(t, 3, v.MaxAttempts)
+		require.Equal(t, []time.Duration{job.DefaultTimeout, 9 * time.Second}, []time.Duration{w.Timeout, w.Visibility})
+		require.Equal(t, job.DefaultMaxAttempts, w.MaxAttempts)
+		require.Equal(t, d.Token, v.Token, "first attempts of one call share a token")
+
+		// A second attempt (handed back) gets a new token; its settings come back too.
+		for _, r := range []shard.Claimed{d, v} {
+			errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: r.Member, Token: r.Token, Outcome: shard.HandBack}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+		}
+		again, err := s.Claim(ctx, 0, "default", 10, "w2", "n2")
+		require.NoError(t, err)
+		require.Len(t, again, 2)
+		for _, r := range again {
+			prev := byID[r.JobID]
+			require.NotEqual(t, prev.Token, r.Token)
+			require.Equal(t, 1, r.Attempt, "a hand-back uses no attempt")
+			require.Equal(t, []time.Duration{prev.Timeout, prev.Visibility}, []time.Duration{r.Timeout, r.Visibility})
+			require.Equal(t, prev.MaxAttempts, r.MaxAttempts)
+			errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: r.Member, Token: prev.Token, Outcome: shard.Succeeded}})
+			require.NoError(t, err)
+			require.ErrorIs(t, errs[0], shard.ErrTokenMismatch, "the old token is void")
+			errs, err = s.FinishRuns(ctx, 0, []shard.Finish{{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+		}
+	})
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/tockhq/tock/job"
 )
 
 // Claimed is a run handed to a worker.
@@ -64,20 +66,24 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 
 func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) ClaimResult {
 	reply, err := toArray()
-	if err != nil || len(reply) != 3 {
+	if err != nil || len(reply) != 4 {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
 	now := ms(i64(reply[0]))
 	at := i64(reply[2])
+	firstTok := str(reply[3])
 	raw := arr(reply[1])
-	out := make([]Claimed, 0, len(raw)/8)
-	for k := 0; k+7 < len(raw); k += 8 {
+	out := make([]Claimed, 0, len(raw)/4)
+	for k := 0; k+3 < len(raw); k += 4 {
 		c := Claimed{
-			Shard: q.Shard, Member: str(raw[k]), Token: str(raw[k+1]), Attempt: int(i64(raw[k+2])),
-			Type: str(raw[k+3]), Payload: []byte(str(raw[k+4])),
-			Timeout:     time.Duration(i64(raw[k+5])) * time.Millisecond,
-			Visibility:  time.Duration(i64(raw[k+6])) * time.Millisecond,
-			MaxAttempts: int(i64(raw[k+7])), ClaimedAt: now,
+			Shard: q.Shard, Member: str(raw[k]), Type: str(raw[k+1]), Payload: []byte(str(raw[k+2])),
+			Token: firstTok, Attempt: 1, MaxAttempts: job.DefaultMaxAttempts,
+			Timeout: job.DefaultTimeout, Visibility: job.DefaultVisibility, ClaimedAt: now,
+		}
+		if rest := str(raw[k+3]); rest != "" {
+			if err := c.parseRest(rest); err != nil {
+				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: %q: %w", q.Shard, q.Queue, c.Member, rest, err)}
+			}
 		}
 		var due int64
 		c.JobID, due, _ = SplitMember(c.Member)
@@ -85,6 +91,36 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 		out = append(out, c)
 	}
 	return ClaimResult{Runs: out, At: at}
+}
+
+// parseRest reads what claim_runs returns for a run that is not a first attempt with
+// the default settings: "token|attempt|timeout ms|visibility ms|max attempts", where an
+// empty setting keeps its default.
+func (c *Claimed) parseRest(rest string) error {
+	p := strings.Split(rest, "|")
+	if len(p) != 5 || p[0] == "" {
+		return fmt.Errorf("%d fields, want 5 with a token", len(p))
+	}
+	att, err := strconv.Atoi(p[1])
+	if err != nil {
+		return err
+	}
+	c.Token, c.Attempt = p[0], att
+	for i, dst := range []*time.Duration{&c.Timeout, &c.Visibility} {
+		if v := p[2+i]; v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return err
+			}
+			*dst = time.Duration(n) * time.Millisecond
+		}
+	}
+	if p[4] != "" {
+		if c.MaxAttempts, err = strconv.Atoi(p[4]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Held names a run a worker holds.
