@@ -81,6 +81,8 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 			Timeout: job.DefaultTimeout, Visibility: job.DefaultVisibility, ClaimedAt: now,
 		}
 		if rest := str(raw[k+3]); rest != "" {
+			// Only a damaged job hash gives an unreadable rest. The call's runs are then
+			// redelivered after their visibility deadlines, as a lost worker's are.
 			if err := c.parseRest(rest); err != nil {
 				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: %q: %w", q.Shard, q.Queue, c.Member, rest, err)}
 			}
