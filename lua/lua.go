@@ -190,6 +190,7 @@ type Scripts struct {
 // Load builds every script. It fails only if an embedded script is malformed.
 func Load() (*Scripts, error) {
 	s := &Scripts{}
+	var all []*Script
 	for name, dst := range map[string]**Script{
 		"create_jobs":      &s.CreateJobs,
 		"fire_due":         &s.FireDue,
@@ -221,18 +222,15 @@ func Load() (*Scripts, error) {
 		}
 		sum := sha1.Sum([]byte(src))
 		*dst = &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:]), Keys: keys}
+		all = append(all, *dst)
 	}
-	return s, s.buildLibrary()
+	// By name, so that the library's text (and its name) is the same on every load.
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return s, s.buildLibrary(all)
 }
 
-// buildLibrary sets Library, LibraryName and every script's Fn.
-func (s *Scripts) buildLibrary() error {
-	var scripts []*Script
-	for _, sc := range []*Script{s.CreateJobs, s.FireDue, s.FireRuns, s.ClaimRuns, s.ExtendRuns, s.FinishRuns,
-		s.CancelJob, s.PauseJob, s.ResumeJob, s.TriggerJob, s.AcquireLease, s.ReleaseLease, s.HeartbeatMember,
-		s.UpdateJob, s.RequeueDead, s.DeleteDead, s.ReadJobs, s.RestoreJobs, s.InitNamespace} {
-		scripts = append(scripts, sc)
-	}
+// buildLibrary sets Library, LibraryName and the Fn of every one of scripts.
+func (s *Scripts) buildLibrary(scripts []*Script) error {
 	common, err := fs.ReadFile(files, "include/common.lua")
 	if err != nil {
 		return fmt.Errorf("lua: %w", err)

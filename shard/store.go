@@ -365,8 +365,9 @@ func (s *Store) execute(ctx context.Context, replicated bool, calls []call) ([]r
 		}
 		if missing && !reloaded {
 			reloaded = true
-			s.reloadLibrary(ctx)
-			if !s.functions.Load() {
+			// Without a load now (one was made less than a second ago, or none took),
+			// the calls go straight to EVALSHA rather than meet the same error again.
+			if !s.reloadLibrary(ctx) || !s.functions.Load() {
 				for _, i := range again {
 					if via[i] == viaFcall {
 						via[i] = viaEvalsha
@@ -402,13 +403,16 @@ func (s *Store) loadLibrary(ctx context.Context) {
 
 // reloadLibrary is loadLibrary for a call that found a node without the library, at most
 // once a second: a node that cannot take it (an ACL that refuses FUNCTION LOAD) must not
-// get the library sent with every call; its calls fall back to EVALSHA meanwhile.
-func (s *Store) reloadLibrary(ctx context.Context) {
+// get the library sent with every call; its calls fall back to EVALSHA meanwhile. It
+// reports whether it loaded now.
+func (s *Store) reloadLibrary(ctx context.Context) bool {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	if time.Since(s.loadedAt) >= time.Second {
-		s.loadLocked(ctx)
+	if time.Since(s.loadedAt) < time.Second {
+		return false
 	}
+	s.loadLocked(ctx)
+	return true
 }
 
 func (s *Store) loadLocked(ctx context.Context) {
