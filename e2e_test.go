@@ -168,7 +168,7 @@ func TestE2E_OneTimeJobsFireOnce(t *testing.T) {
 				require.Equal(t, past.UnixMilli(), r.Run.Due.UnixMilli())
 			}
 			if r.Run.JobID == "at" {
-				require.False(t, r.Run.ClaimedAt.Before(r.Run.Due), "fired early")
+				require.False(t, r.Run.StartedAt.Before(r.Run.Due), "started early")
 			}
 		}
 		info, err := tb.client.Get(ctx, "delay")
@@ -247,7 +247,7 @@ func TestE2E_CronFiresEveryOccurrenceOnce(t *testing.T) {
 		}
 		for _, r := range tb.rec.all() {
 			require.Zero(t, r.Run.Due.UnixMilli()%1000, "cron run due on a second boundary")
-			require.False(t, r.Run.ClaimedAt.Before(r.Run.Due), "fired early")
+			require.False(t, r.Run.StartedAt.Before(r.Run.Due), "started early")
 		}
 		info, err := tb.client.Get(ctx, "tick")
 		require.NoError(t, err)
@@ -618,7 +618,7 @@ func TestE2E_SkewedLocalClock(t *testing.T) {
 		require.NoError(t, err)
 		tb.rec.waitSucceeded(t, 3, 10*time.Second)
 		for _, r := range tb.rec.all() {
-			late := r.Run.ClaimedAt.Sub(r.Run.Due)
+			late := r.Run.StartedAt.Sub(r.Run.Due)
 			require.GreaterOrEqual(t, late, time.Duration(0))
 			require.Less(t, late, 2*time.Second, "fired %s late with a local clock %s off", late, skew)
 		}

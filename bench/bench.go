@@ -44,6 +44,9 @@ type Common struct {
 	Dispatchers int
 	// Coalesce is the dispatchers' dispatcher.Config.Coalesce (0: its default).
 	Coalesce time.Duration
+	// FireLead is the dispatchers' dispatcher.Config.Lead (0: its default; negative:
+	// none).
+	FireLead time.Duration
 	// Progress receives a progress line while the scenario runs; nil for none.
 	Progress io.Writer
 	// Logger receives errors of the engine; nil discards.
@@ -171,7 +174,7 @@ func deleteNamespace(ctx context.Context, rc rueidis.Client, ns string) error {
 func (e *env) startEngine(ctx context.Context, concurrency int, handler worker.HandlerFunc, types ...string) (stop func(), err error) {
 	var ds []*dispatcher.Dispatcher
 	for i := 0; i < e.common.Dispatchers; i++ {
-		d, err := dispatcher.New(dispatcher.Config{Store: e.store, Name: fmt.Sprintf("bench-%d-d", i), Logger: e.common.Logger, Coalesce: e.common.Coalesce})
+		d, err := dispatcher.New(dispatcher.Config{Store: e.store, Name: fmt.Sprintf("bench-%d-d", i), Logger: e.common.Logger, Coalesce: e.common.Coalesce, Lead: e.common.FireLead})
 		if err != nil {
 			return nil, err
 		}

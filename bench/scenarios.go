@@ -43,10 +43,14 @@ type FireResult struct {
 	EnqueuePerSec float64     `json:"enqueue_per_sec"`
 	FiresPerSec   float64     `json:"fires_per_sec"`
 	LatenessMs    Percentiles `json:"lateness_ms"`
-	// ClaimLatenessMs is the part of the lateness before the claim: the claim's Redis time
-	// minus the due time (firing, then waiting in the ready set). The rest of lateness_ms is
-	// the hand-off inside the worker.
-	ClaimLatenessMs Percentiles `json:"claim_lateness_ms"`
+	// ClaimAheadMs is how long before its due time each run was claimed, on the Redis
+	// clock (0 for a run claimed after it): the dispatchers fire runs a lead ahead
+	// (dispatcher.Config.Lead) and the worker holds them until due, so a run claimed
+	// ahead starts on time whatever the fire and claim round trips took.
+	ClaimAheadMs Percentiles `json:"claim_ahead_ms"`
+	// ClaimedAfterDue counts the runs claimed only after their due time: their lateness
+	// includes firing and claiming.
+	ClaimedAfterDue int `json:"claimed_after_due"`
 	// RedisCPUUsPerRun is the CPU time Redis (all masters) used from the end of
 	// scheduling to the end of the run, per fired run, in µs: what firing, claiming and
 	// acking cost Redis, steadier than lateness on a shared machine. 0 on the embedded
@@ -86,7 +90,7 @@ func Fire(ctx context.Context, cfg FireConfig) (*FireResult, error) {
 	// Runs are identified by job index; count each handler start.
 	seen := make([]atomic.Int32, cfg.Jobs)
 	lat := newLateness()
-	claimLat := newLateness()
+	claimAhead := newLateness() // its "early" counts the runs claimed after their due time
 	var fired atomic.Int64
 	var windowStart, windowEnd time.Time
 	var inWindow atomic.Int64
@@ -102,7 +106,7 @@ func Fire(ctx context.Context, cfg FireConfig) (*FireResult, error) {
 			if seen[i].Add(1) == 1 {
 				fired.Add(1)
 				lat.record(started.Sub(r.Due))
-				claimLat.record(r.ClaimedAt.Sub(r.Due))
+				claimAhead.record(r.Due.Sub(r.ClaimedAt))
 				windowMu.RLock()
 				if !started.After(windowEnd) {
 					inWindow.Add(1)
@@ -189,7 +193,7 @@ wait:
 	res.Early = lat.early
 	res.FiresPerSec = round(float64(inWindow.Load()) / cfg.Window.Seconds())
 	res.LatenessMs = lat.percentiles()
-	res.ClaimLatenessMs = claimLat.percentiles()
+	res.ClaimAheadMs, res.ClaimedAfterDue = claimAhead.percentiles(), claimAhead.early
 	return res, nil
 }
 

@@ -143,3 +143,34 @@ func TestStep_FencedAfterLeaseLoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b.ready(), 1)
 }
+
+// A shard loop wakes Lead ahead of the next due run and fires it then; without a lead it
+// waits for the due time itself.
+func TestStep_FiresLeadAhead(t *testing.T) {
+	b := newStepBundle(t) // default Lead
+	require.Equal(t, DefaultLead, b.d.cfg.Lead)
+	require.Equal(t, DefaultLead/2, b.d.cfg.Coalesce, "with a lead, runs coalesce over half of it")
+	ctx := context.Background()
+	due := b.now.Add(10 * time.Second)
+	_, err := b.store.Create(ctx, []*job.Job{{ID: "a", Type: "t", Schedule: job.Schedule{At: due}}})
+	require.NoError(t, err)
+	sleep, err := b.d.step(ctx, b.lease)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second-DefaultLead, sleep)
+	b.at(10*time.Second - DefaultLead - time.Millisecond)
+	require.Empty(t, b.ready())
+	b.at(10*time.Second - DefaultLead)
+	require.Equal(t, []string{member("a", due)}, b.ready())
+
+	none, err := New(Config{Store: b.store, Name: "none", Lead: -1})
+	require.NoError(t, err)
+	require.Zero(t, none.cfg.Lead)
+	require.Equal(t, 2*time.Millisecond, none.cfg.Coalesce)
+	_, err = New(Config{Store: b.store, Name: "far", Lead: 2 * time.Second})
+	require.ErrorContains(t, err, "Lead must be at most 1s")
+	_, err = b.store.Create(ctx, []*job.Job{{ID: "b", Type: "t", Schedule: job.Schedule{At: due.Add(time.Second)}}})
+	require.NoError(t, err)
+	sleep, err = none.step(ctx, b.lease)
+	require.NoError(t, err)
+	require.Equal(t, time.Second+DefaultLead, sleep)
+}

@@ -15,7 +15,9 @@
 --          entries: member, type, payload, and rest: '' for a first attempt whose job
 --          keeps the default timeout, visibility and max attempts (its token is
 --          first_token, the same for every first attempt of the call), else
---          "token|attempt|timeout ms|visibility ms|max attempts", a default left empty.
+--          "token|attempt|timeout ms|visibility ms|max attempts|start ms", a default
+--          left empty; start is the retry time of a retry fired ahead of it (the
+--          dispatcher fires up to its lead early), else empty.
 --          Every value returned costs Redis about as much as a field read: most runs
 --          need three. now_us is now in microseconds (a string), which orders the claim
 --          against ready signals.
@@ -41,6 +43,15 @@ local firstTok = '1-' .. nonce
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
 local ni, no = 0, 0
+-- A run fired ahead of its due time (the dispatcher's lead) records as its start the
+-- due time, when the worker will start it; due and now are compared as the digit
+-- strings they are.
+local function later(a, b)
+  if #a > #b or (#a == #b and a > b) then
+    return a
+  end
+  return b
+end
 for _, member in ipairs(popped) do
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
@@ -71,13 +82,19 @@ for _, member in ipairs(popped) do
     if j[7] and j[7] ~= '' then
       local r = run_get(j[7])
       r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-      r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, nowStr
+      -- A retry or snoozed run starts no sooner than its retry time.
+      local start = later(later(due, nowStr), r.ra)
+      r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, start
       redis.call('HSET', jobKey, rf, run_pack(r))
-      rest = r.tok .. '|' .. num(r.att) .. '|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '')
+      rest = r.tok .. '|' .. num(r.att) .. '|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|' .. (start ~= nowStr and start or '')
     else
-      redis.call('HSET', jobKey, rf, firstRun)
+      if later(due, nowStr) == nowStr then
+        redis.call('HSET', jobKey, rf, firstRun)
+      else
+        redis.call('HSET', jobKey, rf, 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. due .. '||')
+      end
       if j[4] or j[5] or j[6] then
-        rest = firstTok .. '|1|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '')
+        rest = firstTok .. '|1|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|'
       end
     end
     local vt = j[5] or '30000'

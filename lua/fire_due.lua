@@ -14,16 +14,21 @@
 --                           ready signal "<shard> <now µs>" to channel..queue for every queue
 --                           that got runs (one hop sooner than the caller could)
 -- ARGV[6] shard     string  the shard's number, for the signal
+-- ARGV[7] lead      ms      fire runs due up to this long after now (default 0): the
+--                           worker SDK holds a run claimed early until its due time
+--                           (Redis clock), so the fire and claim round trips are paid
+--                           before the due time instead of after it
 --
 -- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { now, next_due, next_deadline, fired, queues, cron }
 --   now            the server's clock, ms
---   next_due       earliest due time after now (ms), now when more entries are due than
---                  limit, -1 when nothing is scheduled
+--   next_due       earliest due time after now + lead (ms), now when more entries are due
+--                  than limit, -1 when nothing is scheduled
 --   next_deadline  earliest visibility deadline of a claimed run (ms), -1 when none
 --   fired          runs made ready; queues: the queues that received them
---   cron           per due cron occurrence (left in place for fire_runs), 7 entries:
+--   cron           per due cron occurrence up to now + lead (left in place for
+--                  fire_runs), 7 entries:
 --                  member, score, cron, tz, version, misfire policy, misfire threshold ms
 --   or -3 when the caller does not hold the lease (nothing changed).
 --- @include "common"
@@ -38,11 +43,16 @@ if redis.call('GET', leaseKey) ~= ARGV[3] then
 end
 
 local now, nowUs, nowStr = now_ms()
+-- Entries due up to the horizon fire now.
+local horizonStr = nowStr
+if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
+  horizonStr = num(now + tonumber(ARGV[7]))
+end
 local cron = {}
 local count, fired = 0, 0
 
 -- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
-local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', nowStr, 'LIMIT', '0', '64')
+local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', horizonStr, 'LIMIT', '0', '64')
 local lastB
 for _, b in ipairs(buckets) do
   if count >= limit then
@@ -51,7 +61,7 @@ for _, b in ipairs(buckets) do
   lastB = b
   -- Without scores: Redis formats each score with printf, and only cron entries need it.
   local dueKey = P .. 'due:' .. b
-  local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', nowStr, 'LIMIT', '0', count == 0 and ARGV[4] or num(limit - count))
+  local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', horizonStr, 'LIMIT', '0', count == 0 and ARGV[4] or num(limit - count))
   for _, member in ipairs(due) do
     count = count + 1
     local id, d = split_run(member)
@@ -89,8 +99,8 @@ for _, b in ipairs(buckets) do
   end
 end
 
--- The earliest entry after now: entries after now are only in the bucket that holds now
--- and later ones, so when the last bucket fired from has one, it is the earliest (and
+-- The earliest entry after the horizon: such entries are only in the bucket that holds the
+-- horizon and later ones, so when the last bucket fired from has one, it is the earliest (and
 -- that bucket is not empty). Otherwise the first buckets of the index are searched.
 local nextDue = -1
 local keep
@@ -98,7 +108,7 @@ if count >= limit or #buckets == 64 then
   -- More is due (or more due buckets than one call reads): go again at once.
   nextDue = now
 elseif lastB then
-  local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. lastB, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+  local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. lastB, '(' .. horizonStr, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
   if first[2] then
     nextDue, keep = tonumber(first[2]), lastB
   end
@@ -106,7 +116,7 @@ end
 flush_unfile(P, bucketsKey, keep)
 if nextDue == -1 then
   for _, b in ipairs(redis.call('ZRANGE', bucketsKey, '0', '2')) do
-    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. nowStr, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    local first = redis.call('ZRANGEBYSCORE', P .. 'due:' .. b, '(' .. horizonStr, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     if first[2] then
       nextDue = tonumber(first[2])
       break

@@ -97,7 +97,7 @@ func BenchmarkRedisCost(b *testing.B) {
 			b.Fatalf("lease of shard %d: %v", l.Lease.Shard, l.Err)
 		}
 		for {
-			d, err := s.FireDue(ctx, l.Lease, 10000)
+			d, err := s.FireDue(ctx, l.Lease, 10000, 0)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -169,7 +169,7 @@ func BenchmarkRedisCost(b *testing.B) {
 	}
 	fireFixed := empty(func() error {
 		for _, l := range leases {
-			if _, err := s.FireDue(ctx, l.Lease, 1000); err != nil {
+			if _, err := s.FireDue(ctx, l.Lease, 1000, 0); err != nil {
 				return err
 			}
 		}

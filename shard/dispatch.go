@@ -100,19 +100,21 @@ type DueEntry struct {
 // Due is what one fire_due call did and saw on a shard.
 type Due struct {
 	Now          int64 // Redis TIME, ms
-	NextDue      int64 // earliest due time after Now; Now when more is due; -1 nothing
+	NextDue      int64 // earliest due time after Now + lead; Now when more is due; -1 nothing
 	NextDeadline int64 // earliest visibility deadline; -1 nothing in flight
 	Fired        int   // one-time runs and retries made ready
 	Cron         []DueEntry
 }
 
-// FireDue fires, under lease, up to limit due one-time runs and retries of a shard and
-// returns the due cron occurrences for the caller to plan and Fire. It signals the
-// queues that got runs, and returns ErrLeaseLost when the lease is gone.
-func (s *Store) FireDue(ctx context.Context, l Lease, limit int) (*Due, error) {
+// FireDue fires, under lease, up to limit one-time runs and retries of a shard that are
+// due within lead of the Redis clock, and returns the cron occurrences due within lead
+// for the caller to plan and Fire. A run fired ahead of its time is held by the worker
+// that claims it until then (Claimed.StartAt). It signals the queues that got runs, and
+// returns ErrLeaseLost when the lease is gone.
+func (s *Store) FireDue(ctx context.Context, l Lease, limit int, lead time.Duration) (*Due, error) {
 	r := s.exec1(ctx, call{s.scripts.FireDue, []string{s.keys.Buckets(l.Shard), s.keys.Inflight(l.Shard), s.keys.Lease(l.Shard)},
 		[]string{s.keys.Prefix(l.Shard), strconv.FormatInt(s.bucketMs, 10), l.value(), strconv.Itoa(limit),
-			s.keys.ReadyChannel(""), strconv.Itoa(int(l.Shard))}})
+			s.keys.ReadyChannel(""), strconv.Itoa(int(l.Shard)), strconv.FormatInt(max(lead.Milliseconds(), 0), 10)}})
 	if code, err := r.AsInt64(); err == nil && code < 0 {
 		return nil, codeError(code)
 	}

@@ -439,7 +439,7 @@ func TestFireDue_SignalsReadyQueues(t *testing.T) {
 			}
 			fired := 0
 			for _, l := range leases {
-				d, err := s.FireDue(ctx, l, 100)
+				d, err := s.FireDue(ctx, l, 100, 0)
 				require.NoError(t, err)
 				fired += d.Fired
 			}
@@ -480,7 +480,7 @@ func TestFireDue_NextDue(t *testing.T) {
 	fire := func(at time.Time, limit int) *shard.Due {
 		t.Helper()
 		m.SetTime(at)
-		d, err := s.FireDue(ctx, lease.Lease, limit)
+		d, err := s.FireDue(ctx, lease.Lease, limit, 0)
 		require.NoError(t, err)
 		return d
 	}
@@ -591,7 +591,7 @@ func TestRuns_OneTimeSuccessAfterSnoozes(t *testing.T) {
 			t.Helper()
 			var c []shard.Claimed
 			require.Eventually(t, func() bool {
-				_, err := s.FireDue(ctx, leases[0].Lease, 100)
+				_, err := s.FireDue(ctx, leases[0].Lease, 100, 0)
 				require.NoError(t, err)
 				c, err = s.Claim(ctx, id, "default", 1, "w", "n")
 				require.NoError(t, err)
@@ -678,5 +678,73 @@ func TestClaim_SettingsTokensAndAttempts(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 		}
+	})
+}
+
+// With a lead, FireDue fires the runs due within it, ahead of their time, and reports
+// the first entry beyond it. A claim of such a run says when it may start (its due time,
+// or a retry's retry time) and records that as the run's start, not the claim time.
+func TestFireDue_LeadFiresAhead(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		now, err := s.ServerNow(ctx)
+		require.NoError(t, err)
+		dueA, dueB := now.Add(time.Hour).Truncate(time.Millisecond), now.Add(3*time.Hour).Truncate(time.Millisecond)
+		_, err = s.Create(ctx, []*job.Job{
+			{ID: "a", Type: "t", Schedule: job.Schedule{At: dueA}},
+			{ID: "b", Type: "t", Schedule: job.Schedule{At: dueB}},
+			{ID: "r", Type: "t", Schedule: job.Schedule{Now: true}},
+		})
+		require.NoError(t, err)
+		lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
+		require.True(t, lease.Held)
+
+		d, err := s.FireDue(ctx, lease.Lease, 100, 0)
+		require.NoError(t, err)
+		require.Zero(t, d.Fired, "nothing is due without a lead")
+		require.Equal(t, dueA.UnixMilli(), d.NextDue)
+
+		d, err = s.FireDue(ctx, lease.Lease, 100, 2*time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 1, d.Fired, "a is due within the lead, b is not")
+		require.Equal(t, dueB.UnixMilli(), d.NextDue, "the first entry beyond the lead")
+
+		c, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 2)
+		byID := map[string]shard.Claimed{}
+		for _, r := range c {
+			byID[r.JobID] = r
+		}
+		a, r := byID["a"], byID["r"]
+		require.True(t, dueA.Equal(a.StartAt), "%s, want %s", a.StartAt, dueA)
+		require.True(t, a.ClaimedAt.Before(a.StartAt))
+		require.False(t, r.StartAt.After(r.ClaimedAt), "a run due already starts at once")
+		runField := func(id string, due time.Time) string {
+			t.Helper()
+			cl := s.Client()
+			v, err := cl.Do(ctx, cl.B().Hget().Key(s.Keys().Job(0, id)).Field("r"+strconv.FormatInt(due.UnixMilli(), 10)).Build()).ToString()
+			require.NoError(t, err)
+			return v
+		}
+		require.Contains(t, runField("a", dueA), "|w|"+strconv.FormatInt(dueA.UnixMilli(), 10)+"||",
+			"the run starts at its due time, not at the claim")
+
+		// A snoozed run fired ahead starts at its retry time, though its due time is past.
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: r.Member, Token: r.Token, Outcome: shard.Snoozed, Delay: time.Hour}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		d, err = s.FireDue(ctx, lease.Lease, 100, 2*time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 1, d.Fired)
+		c, err = s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		again := c[0]
+		require.Equal(t, r.Member, again.Member)
+		require.Equal(t, 1, again.Attempt, "a snooze uses no attempt")
+		require.WithinRange(t, again.StartAt, again.ClaimedAt.Add(59*time.Minute), again.ClaimedAt.Add(61*time.Minute))
+		require.Contains(t, runField("r", r.Due), "|w|"+strconv.FormatInt(again.StartAt.UnixMilli(), 10)+"|")
 	})
 }

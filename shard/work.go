@@ -26,6 +26,10 @@ type Claimed struct {
 	Timeout     time.Duration
 	Visibility  time.Duration
 	ClaimedAt   time.Time // Redis time of the claim
+	// StartAt is when the run may start, on the Redis clock: its due time, or a retry's
+	// retry time. A dispatcher with a lead fires runs up to that long ahead, so StartAt
+	// may be after ClaimedAt; the worker SDK then holds the run until StartAt.
+	StartAt time.Time
 }
 
 // Claim pops up to n ready runs of queue from a shard for worker (nonce is random per
@@ -90,18 +94,28 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 		var due int64
 		c.JobID, due, _ = SplitMember(c.Member)
 		c.Due = ms(due)
+		if c.StartAt.Before(c.Due) {
+			c.StartAt = c.Due
+		}
 		out = append(out, c)
 	}
 	return ClaimResult{Runs: out, At: at}
 }
 
 // parseRest reads what claim_runs returns for a run that is not a first attempt with
-// the default settings: "token|attempt|timeout ms|visibility ms|max attempts", where an
-// empty setting keeps its default.
+// the default settings: "token|attempt|timeout ms|visibility ms|max attempts|start ms",
+// where an empty setting keeps its default and an empty start means the due time.
 func (c *Claimed) parseRest(rest string) error {
 	p := strings.Split(rest, "|")
-	if len(p) != 5 || p[0] == "" {
-		return fmt.Errorf("%d fields, want 5 with a token", len(p))
+	if len(p) != 6 || p[0] == "" {
+		return fmt.Errorf("%d fields, want 6 with a token", len(p))
+	}
+	if p[5] != "" {
+		start, err := strconv.ParseInt(p[5], 10, 64)
+		if err != nil {
+			return err
+		}
+		c.StartAt = ms(start)
 	}
 	att, err := strconv.Atoi(p[1])
 	if err != nil {

@@ -44,6 +44,11 @@ type Run struct {
 	MaxAttempts int
 	Shard       shard.ID
 	ClaimedAt   time.Time // Redis time of the claim
+	// StartedAt is when the handler started, on the Redis clock: ClaimedAt plus the
+	// local time from the claim's reply to the start, so never later than the true
+	// time. It is never before Due (nor before a retry's retry time): a run fired ahead
+	// of its time (dispatcher.Config.Lead) waits in the worker until then.
+	StartedAt time.Time
 }
 
 // Handler runs jobs of one type. Work's ctx ends at the job's timeout, when the job is
@@ -141,6 +146,10 @@ type Config struct {
 	Concurrency int
 	// Prefetch is how many claimed runs may wait for a free handler slot. Default 0.
 	// Waiting runs are heartbeated like running ones.
+	//
+	// Besides these, a worker holds up to Concurrency+Prefetch runs that a dispatcher
+	// fired ahead of their due time (dispatcher.Config.Lead) until their start time on
+	// the Redis clock (Claimed.StartAt); they take no handler slot while they wait.
 	Prefetch int
 	// ID names the worker in run history: 1 to 100 of [A-Za-z0-9._~-]. Default: host
 	// name plus a random suffix.
@@ -224,6 +233,11 @@ type Worker struct {
 	// reporting counts the held runs whose outcome waits for the reporter: they take no
 	// slot, so a slow acknowledgement does not hold back the next claims.
 	reporting int
+	// waiting counts the held runs claimed ahead of their start time, each with a timer
+	// that queues it then (see freeSlots). runsClosed is set when Stop closes runs:
+	// timers then leave their runs to Stop.
+	waiting    int
+	runsClosed bool
 	// hot holds the sources that may have ready runs, each with the Redis time (µs) of
 	// the latest ready signal for it (0 when marked by a sweep): a claim that comes back
 	// short clears a source only if it ran after that time, so a signal for runs made
@@ -280,6 +294,11 @@ type active struct {
 	extended time.Time               // last heartbeat (local)
 	got      time.Time               // when the claim reply arrived (local)
 	started  bool
+	// wait queues the run at its start time while it waits (nil otherwise).
+	wait *time.Timer
+	// cancelled is set when the run was cancelled before its handler started: the
+	// handler does not start, and the run ends as the cause says.
+	cancelled error
 	// reporting: the handler is done and its outcome waits for the reporter. The run
 	// is still held (and heartbeated) until Redis has the outcome, but it no longer
 	// takes a handler slot.
@@ -307,7 +326,7 @@ func New(cfg Config) (*Worker, error) {
 		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{},
 		paused:    map[string]bool{},
 		claimWake: make(chan struct{}, 1),
-		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch),
+		runs:      make(chan *active, 2*(cfg.Concurrency+cfg.Prefetch)),
 		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
 		queues:    queues,
 		pauseErrs: limit.NewEvery(time.Minute),
@@ -409,10 +428,15 @@ func (w *Worker) markHot(src source, at int64) {
 }
 
 // freeSlots is how many more runs the worker may claim: handler slots plus prefetch,
-// less the held runs that still take one (claimed and waiting, or running; a run whose
-// outcome only waits for the reporter takes none). Called with w.mu held.
+// less the held runs that still take one (queued for a handler, or running; a run whose
+// outcome only waits for the reporter takes none, and runs waiting for their start time
+// take one only beyond Concurrency+Prefetch of them). So at most 2*(Concurrency+
+// Prefetch) runs are queued or running, the capacity of w.runs: pushing never blocks.
+// Called with w.mu held.
 func (w *Worker) freeSlots() int {
-	return w.cfg.Concurrency + w.cfg.Prefetch - (len(w.held) - w.reporting)
+	slots := w.cfg.Concurrency + w.cfg.Prefetch
+	active := len(w.held) - w.reporting - w.waiting
+	return slots - active - max(w.waiting-slots, 0)
 }
 
 func (w *Worker) poke() {
@@ -594,10 +618,31 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 		for k := range res.Runs {
 			a := &active{c: res.Runs[k], queue: req.Queue, extended: now, got: now}
 			w.held[a.c.Member] = a
-			w.runs <- a // never blocks: waiting runs ≤ held - reporting ≤ capacity = cap(runs)
+			// A run fired ahead of its time waits for it: its start time less the Redis
+			// time of the claim, counted from the reply's arrival, which came after the
+			// claim, so the handler never starts before StartAt on the Redis clock.
+			if wait := a.c.StartAt.Sub(a.c.ClaimedAt); wait > 0 {
+				w.waiting++
+				a.wait = time.AfterFunc(wait, func() { w.release(a) })
+				continue
+			}
+			w.runs <- a // never blocks (see freeSlots)
 		}
 	}
 	return failed
+}
+
+// release queues a run whose start time has come (or that was cancelled while it
+// waited) for a handler.
+func (w *Worker) release(a *active) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a.wait == nil || w.runsClosed {
+		return // released already, or left to Stop
+	}
+	a.wait = nil
+	w.waiting--
+	w.runs <- a // never blocks (see freeSlots)
 }
 
 // listen turns ready and cancel signals into hot sources and cancelled handlers.
@@ -682,12 +727,21 @@ func (w *Worker) signal(ch, msg string) {
 	}
 }
 
+// cancelRun cancels a running handler, or marks a run whose handler has not started so
+// that it never starts; a run waiting for its start time is released at once.
 func (w *Worker) cancelRun(a *active, cause error) {
 	w.mu.Lock()
 	cancel := a.cancel
+	if cancel == nil && a.cancelled == nil {
+		a.cancelled = cause
+	}
+	waiting := a.wait != nil && a.wait.Stop()
 	w.mu.Unlock()
 	if cancel != nil {
 		cancel(cause)
+	}
+	if waiting {
+		w.release(a)
 	}
 }
 
@@ -772,9 +826,18 @@ func (w *Worker) work(a *active) {
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, a.c.Timeout, fmt.Errorf("job timeout of %s exceeded", a.c.Timeout))
 	w.mu.Lock()
 	a.cancel, a.started = cancel, true
+	cancelled := a.cancelled
 	w.mu.Unlock()
 	started := time.Now()
-	err := w.call(ctx, r)
+	r.StartedAt = a.c.ClaimedAt.Add(started.Sub(a.got))
+	var err error
+	if cancelled != nil {
+		// Cancelled before it started: the handler does not run.
+		cancel(cancelled)
+		err = cancelled
+	} else {
+		err = w.call(ctx, r)
+	}
 	ended := time.Now()
 	cause := context.Cause(ctx)
 	cancelTimeout()
@@ -960,7 +1023,23 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if first {
 		w.cancel()
 		w.loops.Wait() // no more claims
+		// Runs waiting for their start time are handed back: they never started.
+		w.mu.Lock()
+		w.runsClosed = true
+		var back []*active
+		for _, a := range w.held {
+			if a.wait != nil {
+				a.wait.Stop()
+				a.wait = nil
+				w.waiting--
+				back = append(back, a)
+			}
+		}
 		close(w.runs)
+		w.mu.Unlock()
+		for _, a := range back {
+			w.finish(a, nil, shard.Finish{Outcome: shard.HandBack}, time.Time{}, time.Time{}, nil)
+		}
 	}
 	done := make(chan struct{})
 	go func() {
