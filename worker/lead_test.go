@@ -127,7 +127,13 @@ func TestWorker_RunsFiredAheadStartAtTheirDueTime(t *testing.T) {
 		fd, err := s.FireDue(ctx, lease.Lease, 100, 30*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, 1, fd.Fired)
-		require.Eventually(t, func() bool { return state("stopped") == job.StateRunning }, 10*time.Second, 5*time.Millisecond)
+		member := shard.RunMember("stopped", now.Add(20*time.Second).UnixMilli())
+		require.Eventually(t, func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.held[member] != nil && w.waiting == 1
+		}, 10*time.Second, 5*time.Millisecond)
+		require.Equal(t, job.StateRunning, state("stopped"))
 		require.NoError(t, w.Stop(ctx))
 		require.Equal(t, job.StateReady, state("stopped"), "handed back")
 		mu.Lock()

@@ -478,7 +478,10 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		order, reqs = w.nextRound(order, reqs[:0], w.freeSlots())
 		w.mu.Unlock()
 		if len(reqs) > 0 {
-			results := w.store.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
+			// Not cancelled by Stop: runs claimed in Redis must reach takeClaims, which
+			// holds them (Stop then hands them back), or they would stay claimed until
+			// their visibility deadline.
+			results := w.store.ClaimMany(w.baseCtx, reqs, w.cfg.ID, w.nonce)
 			for i, res := range results {
 				if res.Err == nil && len(res.Runs) > 0 {
 					w.cfg.Metrics.RunsClaimed(reqs[i].Queue, len(res.Runs))

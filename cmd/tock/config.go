@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
@@ -156,6 +157,7 @@ type config struct {
 	api, dispatch bool             // the roles to run
 	name          string
 	leaseTTL      time.Duration
+	fireLead      time.Duration
 	snapshotTo    string
 	snapshotEvery time.Duration
 	snapshotKeep  int
@@ -347,6 +349,13 @@ var settings = []*setting{
 			"on another within about 1.3 times this (300ms to 1m)",
 		parse: func(c *config, v string) (err error) {
 			c.leaseTTL, err = parseDuration(v, 300*time.Millisecond, time.Minute)
+			return err
+		}},
+	{flag: "fire-lead", arg: "duration", def: "50ms", cmds: cmdServer | cmdDispatcher,
+		help: "how far ahead of their due time the dispatcher fires runs; workers hold a run claimed " +
+			"early until its due time (Redis clock), so firing and claiming happen before it (0 to 1s; 0: fire at the due time)",
+		parse: func(c *config, v string) (err error) {
+			c.fireLead, err = parseDuration(v, 0, dispatcher.MaxLead)
 			return err
 		}},
 	{flag: "snapshot-to", arg: "location", cmds: cmdServer | cmdDispatcher | cmdSnapshot, required: cmdSnapshot,

@@ -48,6 +48,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 	require.True(t, c.dispatch)
 	require.Empty(t, c.name)
 	require.Equal(t, 3*time.Second, c.leaseTTL)
+	require.Equal(t, 50*time.Millisecond, c.fireLead)
 	require.Empty(t, c.snapshotTo)
 	require.Zero(t, c.snapshotEvery)
 	require.Equal(t, 24, c.snapshotKeep)
@@ -196,6 +197,7 @@ func TestLoadConfig_Errors(t *testing.T) {
 		{cmdServer, redis, []string{"--roles", ","}, `--roles ",": want api, dispatcher, or both`},
 		{cmdDispatcher, redis, []string{"--name", "a/b"}, `--name "a/b": "a/b": character '/' at 1 is not one of A-Z a-z 0-9 . _ ~ -`},
 		{cmdDispatcher, redis, []string{"--lease-ttl", "100ms"}, `--lease-ttl "100ms": want a duration from 300ms to 1m, such as 90s or 10m`},
+		{cmdDispatcher, redis, []string{"--fire-lead", "2s"}, `--fire-lead "2s": want a duration from 0s to 1s, such as 90s or 10m`},
 		{cmdDispatcher, redis, []string{"--snapshot-to", "s3://b%zz"}, `--snapshot-to "s3://b%zz": want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1`},
 		{cmdDispatcher, redis, []string{"--snapshot-every", "-1s"}, `--snapshot-every "-1s": want 0, or a duration of 1s or more such as 10m or 1h`},
 		// Below 1s snapshot.RunPeriodic refuses to run: the server would run without snapshots.

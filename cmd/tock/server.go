@@ -80,8 +80,12 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 	}
 
 	if cfg.dispatch {
+		lead := cfg.fireLead
+		if lead == 0 {
+			lead = -1 // none (0 means the default in dispatcher.Config)
+		}
 		d, err := dispatcher.New(dispatcher.Config{Store: store, Name: cfg.name, LeaseTTL: cfg.leaseTTL,
-			Logger: logger, Metrics: metrics})
+			Lead: lead, Logger: logger, Metrics: metrics})
 		if err != nil {
 			return fail(err)
 		}
