@@ -36,6 +36,9 @@ type Common struct {
 	Redis []string
 	// Shards of the bench namespace. Default 64.
 	Shards int
+	// Bucket is the due-bucket width of the bench namespace (shard.Config.BucketSize).
+	// Default 1m.
+	Bucket time.Duration
 	// Namespace to use; default a fresh random one, deleted at the end unless Keep.
 	Namespace string
 	// Keep leaves the namespace's keys in Redis at the end.
@@ -52,6 +55,16 @@ type Common struct {
 	// Logger receives errors of the engine; nil discards.
 	Logger *slog.Logger
 }
+
+// Default handler slots of the bench worker. The fire scenario's worker holds the runs
+// that dispatchers fire ahead of their due time (dispatcher.Config.Lead) until then, up
+// to Concurrency+Prefetch of them (the bench sets Prefetch to Concurrency): at 20,000
+// fires/s and the default lead of 100ms that is up to 2,000 runs, so its default is
+// larger.
+const (
+	DefaultConcurrency     = 200
+	DefaultFireConcurrency = 1000
+)
 
 // Percentiles are lateness figures in milliseconds.
 type Percentiles struct {
@@ -124,7 +137,7 @@ func connect(ctx context.Context, c Common, defaultDispatchers bool) (*env, erro
 			e.backend = fmt.Sprintf("cluster(%d nodes)", len(rc.Nodes()))
 		}
 	}
-	e.store, err = shard.Open(ctx, rc, shard.Config{Namespace: e.ns, Shards: c.Shards})
+	e.store, err = shard.Open(ctx, rc, shard.Config{Namespace: e.ns, Shards: c.Shards, BucketSize: c.Bucket})
 	if err != nil {
 		e.close(ctx)
 		return nil, err

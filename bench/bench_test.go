@@ -41,6 +41,12 @@ func TestFire_EveryJobOnceAndNeverEarly(t *testing.T) {
 		require.Positive(t, res.FiresPerSec)
 		require.Positive(t, res.EnqueuePerSec)
 		requireCPUFigure(t, b, res.RedisCPUUsPerRun)
+		// 300 runs a second and 20 slots: most runs are claimed within the default lead
+		// of 100ms before they are due, none more than that.
+		a := res.ClaimAheadMs
+		require.Less(t, res.ClaimedAfterDue, 300)
+		require.Positive(t, a.Max)
+		require.LessOrEqual(t, a.Max, 101.0)
 	})
 }
 

@@ -74,7 +74,7 @@ func Fire(ctx context.Context, cfg FireConfig) (*FireResult, error) {
 		return nil, errors.New("bench fire: --namespace is required with --producer-only or --workers-only")
 	}
 	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 200
+		cfg.Concurrency = DefaultFireConcurrency
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 30 * time.Second
@@ -228,7 +228,7 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (*ThroughputResult, e
 		return nil, errors.New("bench throughput: --jobs must be positive")
 	}
 	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 200
+		cfg.Concurrency = DefaultConcurrency
 	}
 	e, err := connect(ctx, cfg.Common, true)
 	if err != nil {

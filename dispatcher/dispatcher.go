@@ -52,8 +52,9 @@ type Config struct {
 	// round trips are paid before the due time instead of after it. A fired run shows
 	// as ready (and, once claimed, running) up to Lead early, and ready runs are claimed
 	// in priority order, then due order, so a run of higher priority due within Lead is
-	// claimed before lower-priority runs due now. Default 50ms; a negative value fires
-	// runs only once due.
+	// claimed before lower-priority runs due now. A worker holds up to its
+	// Concurrency+Prefetch runs that way: for the full effect they should cover the runs
+	// that come due within Lead. Default 100ms; a negative value fires runs only once due.
 	Lead time.Duration
 	// Coalesce is the shortest sleep between two fires of a shard when runs keep coming
 	// due: runs due within it are fired together, in one call. Without a lead they are
@@ -73,7 +74,7 @@ type Config struct {
 // Config.Lead's default and bound. Runs fired ahead wait in workers, which hold them
 // in memory: the bound keeps that to a fraction of a second of runs.
 const (
-	DefaultLead = 50 * time.Millisecond
+	DefaultLead = 100 * time.Millisecond
 	MaxLead     = time.Second
 )
 

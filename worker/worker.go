@@ -112,8 +112,9 @@ type Metrics interface {
 	// the last attempt, OutcomeRejected when Redis refused the report or a heartbeat
 	// found the run redelivered (then nothing is reported). lateness is the time from the run's
 	// due time to the start of its handler, or to its claim when the handler never
-	// started (a hand-back at shutdown); it is measured on the Redis clock, so the
-	// worker's clock does not matter. duration is how long the handler ran (0 when it
+	// started (a hand-back at shutdown), and 0 for a run that ended before its due time
+	// (claimed ahead of it, then cancelled or handed back); it is measured on the Redis
+	// clock, so the worker's clock does not matter. duration is how long the handler ran (0 when it
 	// never started).
 	RunFinished(queue string, outcome Outcome, lateness, duration time.Duration)
 }
@@ -874,9 +875,10 @@ func (w *Worker) work(a *active) {
 }
 
 // lateness is the time from the run's due time to started (local), on the Redis clock:
-// the claim's lateness plus the local wait between the claim reply and started.
+// the claim's lateness plus the local wait between the claim reply and started; 0 for a
+// run that ended before its due time (cancelled while it waited for it).
 func (a *active) lateness(started time.Time) time.Duration {
-	return a.c.ClaimedAt.Sub(a.c.Due) + started.Sub(a.got)
+	return max(a.c.ClaimedAt.Sub(a.c.Due)+started.Sub(a.got), 0)
 }
 
 // call runs the handler, turning a panic into an error.
@@ -998,7 +1000,7 @@ func (w *Worker) measure(r report, o Outcome, rejected bool) {
 	}
 	a := r.a
 	if r.started.IsZero() {
-		w.cfg.Metrics.RunFinished(a.queue, o, a.c.ClaimedAt.Sub(a.c.Due), 0)
+		w.cfg.Metrics.RunFinished(a.queue, o, max(a.c.ClaimedAt.Sub(a.c.Due), 0), 0)
 		return
 	}
 	w.cfg.Metrics.RunFinished(a.queue, o, a.lateness(r.started), r.ended.Sub(r.started))

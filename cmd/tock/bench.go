@@ -50,13 +50,18 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	)
 	fs.StringVar(&redis, "redis", os.Getenv("TOCK_REDIS"), "Redis address(es), comma-separated (default: embedded in-memory Redis; env TOCK_REDIS)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
+	fs.DurationVar(&common.Bucket, "bucket", time.Minute, "due-bucket width of the bench namespace")
 	fs.StringVar(&common.Namespace, "namespace", "", "namespace (default: a fresh one, deleted afterwards)")
 	fs.BoolVar(&common.Keep, "keep", false, "keep the keys in Redis afterwards")
 	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
-	fs.DurationVar(&common.FireLead, "fire-lead", 0, "dispatchers fire runs this far ahead of their due time; workers hold them until then (default 50ms; negative: none)")
+	fs.DurationVar(&common.FireLead, "fire-lead", 0, "dispatchers fire runs this far ahead of their due time; workers hold them until then (default 100ms; negative: none)")
 	fs.DurationVar(&common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
 	fs.IntVar(&jobs, "jobs", 100000, "jobs")
-	fs.IntVar(&concurrency, "concurrency", 200, "worker handler slots")
+	defConc := bench.DefaultConcurrency
+	if scenario == "fire" {
+		defConc = bench.DefaultFireConcurrency
+	}
+	fs.IntVar(&concurrency, "concurrency", defConc, "worker handler slots")
 	fs.IntVar(&payload, "payload", 100, "payload bytes per job")
 	fs.BoolVar(&asJSON, "json", false, "print the result as one JSON object (the default output is JSON as well, indented)")
 	fs.BoolVar(&verbose, "v", false, "log engine errors to stderr")

@@ -351,7 +351,7 @@ var settings = []*setting{
 			c.leaseTTL, err = parseDuration(v, 300*time.Millisecond, time.Minute)
 			return err
 		}},
-	{flag: "fire-lead", arg: "duration", def: "50ms", cmds: cmdServer | cmdDispatcher,
+	{flag: "fire-lead", arg: "duration", def: "100ms", cmds: cmdServer | cmdDispatcher,
 		help: "how far ahead of their due time the dispatcher fires runs; workers hold a run claimed " +
 			"early until its due time (Redis clock), so firing and claiming happen before it (0 to 1s; 0: fire at the due time)",
 		parse: func(c *config, v string) (err error) {

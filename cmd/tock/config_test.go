@@ -48,7 +48,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 	require.True(t, c.dispatch)
 	require.Empty(t, c.name)
 	require.Equal(t, 3*time.Second, c.leaseTTL)
-	require.Equal(t, 50*time.Millisecond, c.fireLead)
+	require.Equal(t, 100*time.Millisecond, c.fireLead)
 	require.Empty(t, c.snapshotTo)
 	require.Zero(t, c.snapshotEvery)
 	require.Equal(t, 24, c.snapshotKeep)

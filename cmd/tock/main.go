@@ -374,7 +374,7 @@ func createDemoJobs(ctx context.Context, c *tock.Client, out io.Writer) error {
 }
 
 func printRun(out io.Writer, r worker.Result) {
-	late := r.Run.ClaimedAt.Sub(r.Run.Due).Milliseconds()
+	late := r.Run.StartedAt.Sub(r.Run.Due).Milliseconds()
 	outcome := string(r.Outcome)
 	if r.Outcome == worker.OutcomeFailed && r.Run.Attempt >= r.Run.MaxAttempts {
 		outcome = "dead"

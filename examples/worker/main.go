@@ -296,7 +296,7 @@ func logRun(logger *slog.Logger, r worker.Result) {
 		"job_id", r.Run.JobID, "run", r.Run.ID, "type", r.Run.Type, "queue", r.Run.Queue,
 		"attempt", fmt.Sprintf("%d/%d", r.Run.Attempt, r.Run.MaxAttempts),
 		"outcome", string(r.Outcome),
-		"lateness", r.Run.ClaimedAt.Sub(r.Run.Due).Round(time.Millisecond),
+		"lateness", r.Run.StartedAt.Sub(r.Run.Due).Round(time.Millisecond),
 		"took", r.Finished.Sub(r.Started).Round(time.Millisecond),
 	}
 	if r.Err != nil {
