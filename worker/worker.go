@@ -110,11 +110,11 @@ type Metrics interface {
 	// RunFinished is called once per claimed run when its attempt has ended and been
 	// reported to Redis, with the outcome of the report: OutcomeDead for a failure of
 	// the last attempt, OutcomeRejected when Redis refused the report or a heartbeat
-	// found the run redelivered (then nothing is reported). lateness is the time from the run's
-	// due time to the start of its handler, or to its claim when the handler never
-	// started (a hand-back at shutdown), and 0 for a run that ended before its due time
-	// (claimed ahead of it, then cancelled or handed back); it is measured on the Redis
-	// clock, so the worker's clock does not matter. duration is how long the handler ran (0 when it
+	// found the run redelivered (then nothing is reported). lateness is the time from the
+	// run's due time to the start of its handler, or to its claim when the handler never
+	// started (a hand-back at shutdown, a cancel before the start), 0 for a run that ended
+	// before its due time (claimed ahead of it); it is measured on the Redis clock, so the
+	// worker's clock does not matter. duration is how long the handler ran (0 when it
 	// never started).
 	RunFinished(queue string, outcome Outcome, lateness, duration time.Duration)
 }
@@ -829,19 +829,27 @@ func (w *Worker) work(a *active) {
 	ctx, cancel := context.WithCancelCause(w.baseCtx)
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, a.c.Timeout, fmt.Errorf("job timeout of %s exceeded", a.c.Timeout))
 	w.mu.Lock()
-	a.cancel, a.started = cancel, true
 	cancelled := a.cancelled
+	if cancelled == nil {
+		a.cancel, a.started = cancel, true // from here on cancelRun cancels ctx
+	}
 	w.mu.Unlock()
+	if cancelled != nil {
+		// Cancelled before its handler started (say, while it waited for its due time):
+		// the handler does not run.
+		cancelTimeout()
+		cancel(nil)
+		if errors.Is(cancelled, shard.ErrTokenMismatch) {
+			w.done(a) // redelivered to another worker: nothing to report
+			w.cfg.Metrics.RunFinished(a.queue, OutcomeRejected, max(a.c.ClaimedAt.Sub(a.c.Due), 0), 0)
+			return
+		}
+		w.finish(a, nil, shard.Finish{Outcome: shard.Cancelled, Error: cancelled.Error()}, time.Time{}, time.Time{}, nil)
+		return
+	}
 	started := time.Now()
 	r.StartedAt = a.c.ClaimedAt.Add(started.Sub(a.got))
-	var err error
-	if cancelled != nil {
-		// Cancelled before it started: the handler does not run.
-		cancel(cancelled)
-		err = cancelled
-	} else {
-		err = w.call(ctx, r)
-	}
+	err := w.call(ctx, r)
 	ended := time.Now()
 	cause := context.Cause(ctx)
 	cancelTimeout()
@@ -875,10 +883,9 @@ func (w *Worker) work(a *active) {
 }
 
 // lateness is the time from the run's due time to started (local), on the Redis clock:
-// the claim's lateness plus the local wait between the claim reply and started; 0 for a
-// run that ended before its due time (cancelled while it waited for it).
+// the claim's lateness plus the local wait between the claim reply and started.
 func (a *active) lateness(started time.Time) time.Duration {
-	return max(a.c.ClaimedAt.Sub(a.c.Due)+started.Sub(a.got), 0)
+	return a.c.ClaimedAt.Sub(a.c.Due) + started.Sub(a.got)
 }
 
 // call runs the handler, turning a panic into an error.
