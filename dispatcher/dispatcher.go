@@ -41,7 +41,10 @@ type Config struct {
 	// a dead dispatcher's shards fire again on another within about LeaseTTL plus a
 	// third of it. Default 3s, at least 300ms. Renewals happen every LeaseTTL/3.
 	LeaseTTL time.Duration
-	// BatchSize is the most runs one fire or reap call moves. Default 1000.
+	// BatchSize is the most runs one fire or reap call moves. Default 1000. Loops whose
+	// last call fired BatchSize/4 runs or more (runs come due faster than a call per
+	// Coalesce can carry) fire one at a time, so that workers' claims are not queued in
+	// Redis behind many big fire calls.
 	BatchSize int
 	// MaxSleep caps how long a shard loop sleeps without a wake signal: the safety net
 	// for a lost signal. Default 1s.
@@ -175,6 +178,11 @@ type Dispatcher struct {
 	store  *shard.Store
 	logger *slog.Logger
 	plan   *planner
+	// heavyFiring admits one heavy fire step at a time: one by a loop whose last call
+	// fired a quarter batch or more (see step). heavy holds those loops.
+	heavyFiring chan struct{}
+	heavyMu     sync.Mutex
+	heavy       map[shard.ID]bool
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -201,6 +209,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	return &Dispatcher{
 		cfg: cfg, store: cfg.Store, plan: newPlanner(),
+		heavyFiring: make(chan struct{}, 1), heavy: map[shard.ID]bool{},
 		logger: cfg.Logger.With("component", "dispatcher", "dispatcher", cfg.Name),
 		loops:  map[shard.ID]*loop{},
 	}, nil
@@ -501,7 +510,32 @@ func (d *Dispatcher) run(ctx context.Context, l *loop) error {
 
 // step fires and reaps once; it returns how long to sleep (0: go again now).
 func (d *Dispatcher) step(ctx context.Context, lease shard.Lease) (time.Duration, error) {
+	// A loop whose last call fired a quarter batch or more fires one call at a time with
+	// the other such loops: when runs come due faster than Redis can fire, claim and
+	// ack them, many loops firing big batches at once would fill Redis's queue, and the
+	// workers' claims would wait behind all of them while the ready sets grew. Calls of a
+	// few runs each (the usual case) are not held back.
+	d.heavyMu.Lock()
+	heavy := d.heavy[lease.Shard]
+	d.heavyMu.Unlock()
+	if heavy {
+		select {
+		case d.heavyFiring <- struct{}{}:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		defer func() { <-d.heavyFiring }()
+	}
 	due, err := d.store.FireDue(ctx, lease, d.cfg.BatchSize, d.cfg.Lead)
+	if err == nil {
+		d.heavyMu.Lock()
+		if due.Fired >= max(d.cfg.BatchSize/4, 1) {
+			d.heavy[lease.Shard] = true
+		} else {
+			delete(d.heavy, lease.Shard)
+		}
+		d.heavyMu.Unlock()
+	}
 	if err != nil {
 		return 0, err
 	}

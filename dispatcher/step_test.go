@@ -174,3 +174,58 @@ func TestStep_FiresLeadAhead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Second+DefaultLead, sleep)
 }
+
+// A loop whose last call fired a quarter batch or more fires one call at a time with the
+// other such loops; a loop firing a few runs per call is never held back.
+func TestStep_HeavyFiringOneAtATime(t *testing.T) {
+	b := newStepBundle(t)
+	ctx := context.Background()
+	d, err := New(Config{Store: b.store, Name: "heavy", BatchSize: 4})
+	require.NoError(t, err)
+	create := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			_, err := b.store.Create(ctx, []*job.Job{{ID: id, Type: "t", Schedule: job.Schedule{Now: true}}})
+			require.NoError(t, err)
+		}
+	}
+	stepDone := func() chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := d.step(ctx, b.lease)
+			done <- err
+		}()
+		return done
+	}
+
+	// Light: nothing fired last time, so a held token does not matter.
+	d.heavyFiring <- struct{}{}
+	require.NoError(t, <-stepDone())
+
+	// A retry due now fires one run: a quarter of the batch of 4, so the loop is heavy.
+	create("a")
+	c, err := b.store.Claim(ctx, 0, "default", 10, "w", "n")
+	require.NoError(t, err)
+	require.Len(t, c, 1)
+	_, err = b.store.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Snoozed}})
+	require.NoError(t, err)
+	<-d.heavyFiring
+	require.NoError(t, <-stepDone())
+	d.heavyMu.Lock()
+	require.True(t, d.heavy[0])
+	d.heavyMu.Unlock()
+
+	// Heavy: the next step waits for the token.
+	d.heavyFiring <- struct{}{}
+	done := stepDone()
+	select {
+	case err := <-done:
+		t.Fatalf("a heavy loop fired while another held the token: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	<-d.heavyFiring
+	require.NoError(t, <-done)
+	d.heavyMu.Lock()
+	require.False(t, d.heavy[0], "that step fired nothing: light again")
+	d.heavyMu.Unlock()
+}
