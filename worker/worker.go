@@ -281,6 +281,7 @@ type report struct {
 	started time.Time
 	ended   time.Time // when the handler returned
 	err     error
+	failed  time.Time // when a call with this report first failed (zero: none yet)
 }
 
 type source struct {
@@ -922,26 +923,64 @@ func (w *Worker) finish(a *active, r *Run, f shard.Finish, started, ended time.T
 	w.reports <- report{a: a, f: f, run: r, started: started, ended: ended, err: herr}
 }
 
-// maxReportBatch bounds the reports sent in one pipeline.
+// maxReportBatch bounds the reports sent in one pipeline (with the ones sent again).
 const maxReportBatch = 1024
 
+// A report whose call failed is sent again every reportRetryPause, along with new ones,
+// for up to reportRetry: long enough to outlast a Redis Cluster failover of a few
+// seconds, after which the run, held and heartbeated all along, is still in flight under
+// its token and the outcome lands. Given up, the run is redelivered after its visibility
+// deadline.
+const (
+	reportRetry      = 5 * time.Second
+	reportRetryPause = 200 * time.Millisecond
+)
+
 // report sends finished attempts to Redis: whatever has queued up while the previous
-// batch was in flight goes out together, one script call per shard in one pipeline. A
-// batch whose call failed is retried a few times (its runs stay held and heartbeated
-// meanwhile); if all tries fail, the runs are redelivered after their deadlines.
+// batch was in flight goes out together, one script call per shard in one pipeline. The
+// reports of a shard whose call failed go again with the next batches for up to
+// reportRetry (their runs stay held and heartbeated meanwhile); then they are given up
+// and the runs are redelivered after their deadlines. After w.reports closes, it sends
+// what is left to retry before it returns.
 func (w *Worker) report() {
 	outcomes := map[shard.Outcome]Outcome{
 		shard.Succeeded: OutcomeSucceeded, shard.Failed: OutcomeFailed, shard.Cancelled: OutcomeCancelled,
 		shard.Snoozed: OutcomeSnoozed, shard.HandBack: OutcomeHandedBack,
 	}
-	batch := make([]report, 0, maxReportBatch)
-	for first := range w.reports {
-		batch = append(batch[:0], first)
+	var batch, retry []report
+	closed := false
+	for !closed || len(retry) > 0 {
+		batch = append(batch[:0], retry...)
+		retry = retry[:0]
+		switch {
+		case len(batch) == 0:
+			r, ok := <-w.reports
+			if !ok {
+				closed = true
+				continue
+			}
+			batch = append(batch, r)
+		case !closed:
+			// Reports to send again go with the next new one, or after a pause: a shard
+			// whose master is failing over is not retried in a hot loop.
+			select {
+			case r, ok := <-w.reports:
+				if ok {
+					batch = append(batch, r)
+				} else {
+					closed = true
+				}
+			case <-time.After(reportRetryPause):
+			}
+		default:
+			time.Sleep(reportRetryPause)
+		}
 	fill:
-		for len(batch) < maxReportBatch {
+		for !closed && len(batch) < maxReportBatch {
 			select {
 			case r, ok := <-w.reports:
 				if !ok {
+					closed = true
 					break fill
 				}
 				batch = append(batch, r)
@@ -957,26 +996,28 @@ func (w *Worker) report() {
 			idx[id] = append(idx[id], i)
 		}
 		rejected := make([]bool, len(batch))
-		for try := 0; len(byShard) > 0; try++ {
-			res := w.store.FinishMany(w.baseCtx, byShard)
-			for id, fr := range res {
-				if fr.Err != nil && try < 4 {
-					continue
-				}
-				if fr.Err != nil {
-					w.logger.Error("report run outcomes", "shard", int(id), "error", fr.Err)
-				}
-				for k, e := range fr.Errs {
-					rejected[idx[id][k]] = e != nil
-				}
-				delete(byShard, id)
+		failed := map[shard.ID]error{}
+		for id, fr := range w.store.FinishMany(w.baseCtx, byShard) {
+			if fr.Err != nil {
+				failed[id] = fr.Err
+				continue
 			}
-			if len(byShard) > 0 {
-				time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+			for k, e := range fr.Errs {
+				rejected[idx[id][k]] = e != nil
 			}
 		}
 		now := time.Now()
 		for i, r := range batch {
+			if err := failed[r.a.c.Shard]; err != nil {
+				if r.failed.IsZero() {
+					r.failed = now
+				}
+				if now.Sub(r.failed) < reportRetry {
+					retry = append(retry, r) // still held and heartbeated meanwhile
+					continue
+				}
+				w.logger.Error("report run outcome", "shard", int(r.a.c.Shard), "run", r.a.c.Member, "error", err)
+			}
 			w.done(r.a)
 			w.measure(r, outcomes[r.f.Outcome], rejected[i])
 			if r.run != nil {
