@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tockhq/tock/bench"
+	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -40,7 +41,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		common                     bench.Common
 		jobs, concurrency, payload int
 		pending                    int
-		window, lead               time.Duration
+		window, lead, fireLead     time.Duration
 		producerOnly, workersOnly  bool
 		asJSON                     bool
 		verbose                    bool
@@ -54,7 +55,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&common.Namespace, "namespace", "", "namespace (default: a fresh one, deleted afterwards)")
 	fs.BoolVar(&common.Keep, "keep", false, "keep the keys in Redis afterwards")
 	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
-	fs.DurationVar(&common.FireLead, "fire-lead", 0, "dispatchers fire runs this far ahead of their due time; workers hold them until then (default 100ms; negative: none)")
+	fs.DurationVar(&fireLead, "fire-lead", dispatcher.DefaultLead, "dispatchers fire runs this far ahead of their due time and workers hold them until then (0 to 1s; 0: fire at the due time)")
 	fs.DurationVar(&common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
 	fs.IntVar(&jobs, "jobs", 100000, "jobs")
 	defConc := bench.DefaultConcurrency
@@ -87,6 +88,14 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if redis != "" {
 		common.Redis = strings.Split(redis, ",")
+	}
+	switch {
+	case fireLead < 0 || fireLead > dispatcher.MaxLead:
+		return fmt.Errorf("bench %s: --fire-lead %s: want a duration from 0s to %s", scenario, fireLead, dispatcher.MaxLead)
+	case fireLead == 0:
+		common.FireLead = -1 // none (0 means the default in bench.Common)
+	default:
+		common.FireLead = fireLead
 	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		common.Progress = os.Stderr

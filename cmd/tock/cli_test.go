@@ -395,3 +395,26 @@ func TestRun_UnknownCommand(t *testing.T) {
 		require.Contains(t, r.out, cmd)
 	}
 }
+
+// tock bench --fire-lead takes 0 (fire at the due time) to 1s, like tock server's.
+func TestBench_FireLead(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"-1ms", "2s"} {
+		r := runTock(t, context.Background(), nil, "", "bench", "fire", "--fire-lead", v, "--jobs", "10")
+		require.ErrorContains(t, r.err, "--fire-lead "+v+": want a duration from 0s to 1s")
+	}
+	r := runTock(t, context.Background(), nil, "", "bench", "fire", "--fire-lead", "0", "--jobs", "20",
+		"--window", "200ms", "--lead", "500ms", "--json")
+	require.NoError(t, r.err)
+	var res struct {
+		Fired        int `json:"fired"`
+		Early        int `json:"early"`
+		ClaimAheadMs struct {
+			Max float64 `json:"max"`
+		} `json:"claim_ahead_ms"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.out), &res), r.out)
+	require.Equal(t, 20, res.Fired)
+	require.Zero(t, res.Early)
+	require.Less(t, res.ClaimAheadMs.Max, 1.0, "without a lead no run is claimed ahead")
+}
