@@ -43,15 +43,6 @@ local firstTok = '1-' .. nonce
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
 local ni, no = 0, 0
--- A run fired ahead of its due time (the dispatcher's lead) records as its start the
--- due time, when the worker will start it; due and now are compared as the digit
--- strings they are.
-local function later(a, b)
-  if #a > #b or (#a == #b and a > b) then
-    return a
-  end
-  return b
-end
 for _, member in ipairs(popped) do
   local id, due = split_run(member)
   local jobKey = P .. 'job:' .. id
@@ -82,13 +73,15 @@ for _, member in ipairs(popped) do
     if j[7] and j[7] ~= '' then
       local r = run_get(j[7])
       r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-      -- A retry or snoozed run starts no sooner than its retry time.
-      local start = later(later(due, nowStr), r.ra)
+      -- A run fired ahead of its due time (the dispatcher's lead) records as its start
+      -- the time the worker will start it; a retry or snoozed run starts no sooner than
+      -- its retry time.
+      local start = later_ms(later_ms(due, nowStr), r.ra)
       r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, start
       redis.call('HSET', jobKey, rf, run_pack(r))
       rest = r.tok .. '|' .. num(r.att) .. '|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|' .. (start ~= nowStr and start or '')
     else
-      if later(due, nowStr) == nowStr then
+      if later_ms(due, nowStr) == nowStr then
         redis.call('HSET', jobKey, rf, firstRun)
       else
         redis.call('HSET', jobKey, rf, 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. due .. '||')

@@ -30,6 +30,15 @@ local function num(x)
   return string.format('%d', x)
 end
 
+-- later_ms returns the later of two times in ms given as digit strings ('' is the
+-- earliest), compared as the strings they are: no number is parsed.
+local function later_ms(a, b)
+  if #a > #b or (#a == #b and a > b) then
+    return a
+  end
+  return b
+end
+
 -- split_run splits a run member "<jobID>:<due>" into the job id and the due time string.
 -- Job ids never contain ':' (job.ValidateID), so the first ':' is the separator. One
 -- match with two captures costs less than a search and two substrings.
