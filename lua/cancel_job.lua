@@ -12,7 +12,7 @@
 -- ARGV[4] keep       count   history entries kept per job
 -- ARGV[5] retention  ms      how long a cancelled job is kept
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, running }
 --   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
@@ -27,6 +27,10 @@ local keep = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
 
 local jobKey = P .. 'job:' .. id
+-- A cold job (common's cold_record) becomes an ordinary one first.
+if redis.call('EXISTS', jobKey) == 0 then
+  thaw_job(P, bucketsKey, bucketMs, id)
+end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'bf', 'q')
 if not j[1] then
   return { -1, '', {} }

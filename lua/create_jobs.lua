@@ -4,6 +4,8 @@
 -- ARGV[1] prefix   string  shard key prefix `<ns>:v1:{<tag>}:`
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] n        count   jobs that follow
+-- ARGV[4] cold     ms      a one-time job due more than this after now is stored cold
+--                          (packed; see common's cold_record), 0 never
 -- then per job:
 --   id       string  job id (the idempotency key)
 --   kind     'at' | 'delay' | 'cron'
@@ -16,7 +18,8 @@
 --                    take their defaults, see common's `field` callers)
 --   ndef*2   field, value ...
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
+--               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
 --
@@ -33,6 +36,7 @@ local bucketsKey = KEYS[1]
 local P = ARGV[1]
 local bucketMs = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
+local coldMs = tonumber(ARGV[4])
 
 local now, _, nowStr = now_ms()
 
@@ -53,7 +57,12 @@ local dueAdds, dueBuckets = {}, {}
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
-local i = 4
+-- Cold records per bucket, and the cold jobs of this call by id: an id given twice in a
+-- call is found by the second, before the records are written.
+local packAdds, packBuckets, newCold = {}, {}, {}
+-- Whether the shard may hold cold jobs, which an id must then be looked up among.
+local anyCold = redis.call('EXISTS', P .. 'cold') == 1
+local i = 5
 for _ = 1, n do
   local id, kind, when, q, pri, dh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   local ndef = tonumber(ARGV[i + 6])
@@ -63,7 +72,13 @@ for _ = 1, n do
   local jobKey = P .. 'job:' .. id
   -- EXISTS first: a new id (the common case) costs less than reading three fields.
   local existing = redis.call('EXISTS', jobKey) == 1 and redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
-  if existing and existing[1] then
+  if not existing and anyCold and thaw_job(P, bucketsKey, bucketMs, id) then
+    existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
+  end
+  local cold = newCold[id]
+  if cold then
+    results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 0, 'scheduled', cold[1], cold[2]
+  elseif existing and existing[1] then
     results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 0, existing[1], tonumber(existing[2]) or 0, existing[3] or ''
   else
     local due = due_of(kind, when, now)
@@ -73,7 +88,17 @@ for _ = 1, n do
       -- An 'at' time comes as the integer string it is (the caller formats it).
       local dueStr = kind == 'at' and when or num(due)
       local state, next, nextStr, rl
-      if kind ~= 'cron' and due <= now then
+      if kind ~= 'cron' and coldMs > 0 and due > now + coldMs then
+        -- Due far ahead: packed until the dispatcher thaws its bucket (fire_due).
+        stat('s', q, 1)
+        local bn = math.floor(due / bucketMs)
+        local bs = num(bn)
+        local recs = group(packAdds, packBuckets, bs)
+        recs[#recs + 1] = cold_record(id, due, dueStr, bn, bucketMs, now, dh, ARGV, defStart, defEnd)
+        redis.call('HSET', cold_index(P, id), id, bs)
+        newCold[id] = { due, dh }
+        results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'scheduled', due, dh
+      elseif kind ~= 'cron' and due <= now then
         -- Due already: its run goes straight to the ready set.
         state, next, nextStr, rl = 'ready', 0, '0', ',' .. dueStr .. ','
         new_run(id, dueStr, q, pri)
@@ -91,12 +116,14 @@ for _ = 1, n do
           wake = due
         end
       end
-      if ndef > 0 then
-        redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
-      else
-        redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl)
+      if state then
+        if ndef > 0 then
+          redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
+        else
+          redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl)
+        end
+        results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
       end
-      results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
     end
   end
   nr = nr + 4
@@ -108,6 +135,14 @@ for _, b in ipairs(dueBuckets) do
     redis.call('ZADD', P .. 'due:' .. b, unpack(adds, k, math.min(k + 5999, #adds)))
   end
   redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
+end
+
+for _, b in ipairs(packBuckets) do
+  local recs = packAdds[b]
+  for k = 1, #recs, 6000 do
+    redis.call('RPUSH', P .. 'pack:' .. b, unpack(recs, k, math.min(k + 5999, #recs)))
+  end
+  redis.call('ZADD', P .. 'cold', num(tonumber(b) * bucketMs), b)
 end
 
 local readied = flush_ready(P)

@@ -18,13 +18,17 @@
 --                           worker SDK holds a run claimed early until its due time
 --                           (Redis clock), so the fire and claim round trips are paid
 --                           before the due time instead of after it
+-- ARGV[8] thaw     ms      thaw the cold jobs of buckets that start up to this long after
+--                          now (default 0: when due), at most THAW_MAX per call
 --
--- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats',
+--               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot
 --
 -- Returns: { now, next_due, next_deadline, fired, queues, cron }
 --   now            the server's clock, ms
---   next_due       earliest due time after now + lead (ms), now when more entries are due
---                  than limit, -1 when nothing is scheduled
+--   next_due       earliest due time after now + lead (ms), or when the next cold bucket
+--                  is to be thawed if that is sooner; now when more entries are due than
+--                  limit or more cold jobs are to be thawed; -1 when nothing is scheduled
 --   next_deadline  earliest visibility deadline of a claimed run (ms), -1 when none
 --   fired          runs made ready; queues: the queues that received them
 --   cron           per due cron occurrence up to now + lead (left in place for
@@ -43,6 +47,41 @@ if redis.call('GET', leaseKey) ~= ARGV[3] then
 end
 
 local now, nowUs, nowStr = now_ms()
+
+-- Cold jobs whose bucket starts within the thaw time become ordinary jobs, a slice of
+-- records per call, before the due runs are read: a late thaw fires at once.
+local THAW_MAX = 256
+local thawMs = tonumber(ARGV[8] ~= nil and ARGV[8] ~= '' and ARGV[8] or '0')
+local coldKey = P .. 'cold'
+local thawMore = false
+local packs = redis.call('ZRANGEBYSCORE', coldKey, '-inf', num(now + thawMs), 'LIMIT', '0', '8')
+local thawLeft = THAW_MAX
+for _, b in ipairs(packs) do
+  local recs = redis.call('LPOP', P .. 'pack:' .. b, num(thawLeft))
+  if recs then
+    local bn, members = tonumber(b), {}
+    for _, rec in ipairs(recs) do
+      local id, dueStr, f = cold_fields(rec, bn, bucketMs)
+      -- A record whose job left the index (thaw_job took it) is stale.
+      if redis.call('HDEL', cold_index(P, id), id) == 1 then
+        redis.call('HSET', P .. 'job:' .. id, unpack(f))
+        members[#members + 1] = dueStr
+        members[#members + 1] = id .. ':' .. dueStr
+      end
+    end
+    if #members > 0 then
+      redis.call('ZADD', P .. 'due:' .. b, unpack(members))
+      redis.call('ZADD', bucketsKey, num(bn * bucketMs), b)
+    end
+    thawLeft = thawLeft - #recs
+  end
+  if thawLeft <= 0 then
+    thawMore = true
+    break
+  end
+  -- LPOP took the last record: the list is gone.
+  redis.call('ZREM', coldKey, b)
+end
 -- Entries due up to the horizon fire now.
 local horizonStr = nowStr
 if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
@@ -120,6 +159,18 @@ if nextDue == -1 then
     if first[2] then
       nextDue = tonumber(first[2])
       break
+    end
+  end
+end
+
+if thawMore then
+  nextDue = now
+else
+  local c = redis.call('ZRANGE', coldKey, '0', '0', 'WITHSCORES')
+  if c[2] then
+    local t = math.max(tonumber(c[2]) - thawMs, now)
+    if nextDue == -1 or t < nextDue then
+      nextDue = t
     end
   end
 end

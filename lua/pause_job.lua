@@ -7,7 +7,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state } code 1 paused now, 0 nothing to do (already paused, or a
 --          final state), -1 no such job
@@ -19,6 +19,10 @@ local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
 
 local jobKey = P .. 'job:' .. id
+-- A cold job (common's cold_record) becomes an ordinary one first.
+if redis.call('EXISTS', jobKey) == 0 then
+  thaw_job(P, bucketsKey, bucketMs, id)
+end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q')
 if not j[1] then
   return { -1, '' }

@@ -7,17 +7,23 @@
 -- KEYS[1] buckets  ZSET    index of non-empty due buckets; only routes the call to the
 --                          shard's slot (not read)
 -- ARGV[1] prefix   string  shard key prefix `<ns>:v1:{<tag>}:`
--- ARGV[2] id       string  a job id; more ids may follow (ARGV[3], ...)
+-- ARGV[2] bucket   ms      due bucket width
+-- ARGV[3] id       string  a job id; more ids may follow (ARGV[4], ...)
 --
--- Derived keys: P..'job:'..id
+-- Derived keys: P..'job:'..id, the cold job keys of common (a cold job is read as the
+--               hash it will have when thawed)
 --
 -- Returns: per job that exists, 3 entries: id, expiry time (ms since the epoch, -1 none),
 --          fields (HGETALL: field, value, ...). Jobs gone since their ids were listed are
 --          left out.
+--- @include "common"
+
 local P = ARGV[1]
+local bucketMs = tonumber(ARGV[2])
+local anyCold = redis.call('EXISTS', P .. 'cold') == 1
 
 local out = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
   local jobKey = P .. 'job:' .. id
   local fields = redis.call('HGETALL', jobKey)
@@ -25,6 +31,14 @@ for i = 2, #ARGV do
     out[#out + 1] = id
     out[#out + 1] = redis.call('PEXPIRETIME', jobKey)
     out[#out + 1] = fields
+  elseif anyCold then
+    local rec, b = cold_find(P, id)
+    if rec then
+      local _, _, f = cold_fields(rec, tonumber(b), bucketMs)
+      out[#out + 1] = id
+      out[#out + 1] = -1
+      out[#out + 1] = f
+    end
   end
 end
 return out

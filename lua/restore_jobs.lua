@@ -24,7 +24,7 @@
 --   nfields  count   field/value pairs of its hash that follow
 --   nfields*2 field, value ...
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { restored, existed, expired, wake, queues }
 --   restored  jobs written; existed: left alone (the id existed); expired: skipped
@@ -54,7 +54,7 @@ for _ = 1, n do
   local first = i + 3
   i = first + nfields * 2
   local jobKey = P .. 'job:' .. id
-  if redis.call('EXISTS', jobKey) == 1 then
+  if redis.call('EXISTS', jobKey) == 1 or thaw_job(P, bucketsKey, bucketMs, id) then
     existed = existed + 1
   elseif expiry > 0 and expiry <= now then
     expired = expired + 1

@@ -9,7 +9,7 @@
 -- ARGV[4] candidates  ms,...  recurring jobs: "from,c1,c2,..." ascending, every occurrence
 --                             after `from`; the first after now is used ('' for one-time)
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, next, queues, wake }
 --   code 1 resumed, 0 not paused (state says what it is), -1 no such job,
@@ -24,6 +24,10 @@ local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
 
 local jobKey = P .. 'job:' .. id
+-- A cold job (common's cold_record) becomes an ordinary one first.
+if redis.call('EXISTS', jobKey) == 0 then
+  thaw_job(P, bucketsKey, bucketMs, id)
+end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q', 'pr', 'sk', 'ps')
 if not j[1] then
   return { -1, '', 0, {}, -1 }

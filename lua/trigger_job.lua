@@ -6,7 +6,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, member, queue }
 --   code 1 triggered (member is the new run), 0 nothing to do: the job is paused, in a
@@ -20,6 +20,10 @@ local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
 
 local jobKey = P .. 'job:' .. id
+-- A cold job (common's cold_record) becomes an ordinary one first.
+if redis.call('EXISTS', jobKey) == 0 then
+  thaw_job(P, bucketsKey, bucketMs, id)
+end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl')
 if not j[1] then
   return { -1, '', '', '' }

@@ -15,7 +15,7 @@
 -- ARGV[8] ndel      count   definition fields to delete, that follow
 -- ARGV[9] nset      count   definition field/value pairs to set, that follow the deletions
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
 -- Returns: { code, state, next, wake, queues }
 --   code 1 updated, 0 not possible in the job's state (finished, or a one-time job whose
@@ -33,6 +33,10 @@ local kind, when = ARGV[6], ARGV[7]
 local ndel, nset = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local jobKey = P .. 'job:' .. id
+-- A cold job (common's cold_record) becomes an ordinary one first.
+if redis.call('EXISTS', jobKey) == 0 then
+  thaw_job(P, bucketsKey, bucketMs, id)
+end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl', 'dh', 'ver')
 local st, q, oldPri, rl = j[1], j[3], j[4], j[6]
 if not st then

@@ -114,7 +114,8 @@ type Due struct {
 func (s *Store) FireDue(ctx context.Context, l Lease, limit int, lead time.Duration) (*Due, error) {
 	r := s.exec1(ctx, call{s.scripts.FireDue, []string{s.keys.Buckets(l.Shard), s.keys.Inflight(l.Shard), s.keys.Lease(l.Shard)},
 		[]string{s.keys.Prefix(l.Shard), strconv.FormatInt(s.bucketMs, 10), l.value(), strconv.Itoa(limit),
-			s.keys.ReadyChannel(""), strconv.Itoa(int(l.Shard)), strconv.FormatInt(max(lead.Milliseconds(), 0), 10)}})
+			s.keys.ReadyChannel(""), strconv.Itoa(int(l.Shard)), strconv.FormatInt(max(lead.Milliseconds(), 0), 10),
+			s.cfg.thawMs()}})
 	if code, err := r.AsInt64(); err == nil && code < 0 {
 		return nil, codeError(code)
 	}

@@ -240,7 +240,7 @@ func TestDurability_ReplicaSet(t *testing.T) {
 		// A confirmed write is on the replica when the call returns.
 		var jobs []*job.Job
 		for i := range 50 {
-			jobs = append(jobs, &job.Job{ID: fmt.Sprintf("batch-%d", i), Type: "t", Schedule: job.Schedule{Delay: time.Hour}})
+			jobs = append(jobs, &job.Job{ID: fmt.Sprintf("batch-%d", i), Type: "t", Schedule: job.Schedule{Delay: time.Minute}})
 		}
 		res, err := s.Create(ctx, jobs)
 		require.NoError(t, err)
@@ -506,7 +506,7 @@ func TestDurability_ClusterSlotMovedIsWaitedForOnTheNewMaster(t *testing.T) {
 			moved = c
 		}
 	}
-	res, err = s.Create(ctx, []*job.Job{{ID: moved, Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	res, err = s.Create(ctx, []*job.Job{{ID: moved, Type: "t", Schedule: job.Schedule{Delay: time.Minute}}})
 	requireNotReplicated(t, err, 1, 0)
 	require.True(t, res[0].Created)
 	requireNotReplicated(t, res[0].Err, 1, 0)

@@ -224,7 +224,7 @@ func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs [
 			n := min(len(es), maxCreateBatch)
 			chunk := es[:n]
 			es = es[n:]
-			args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(len(chunk))}
+			args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(len(chunk)), s.cfg.coldMs()}
 			for _, e := range chunk {
 				args = append(args, jobs[e.idx].ID, e.kind, e.when, e.queue, e.pri, e.dh, strconv.Itoa(len(e.def)/2))
 				args = append(args, e.def...)
@@ -312,10 +312,23 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 		return nil, fmt.Errorf("get job %q: %w", jobID, err)
 	}
 	if len(m) == 0 {
-		return nil, ErrNotFound
+		return s.getCold(ctx, id, jobID)
 	}
 	exp, _ := res[1].AsInt64()
 	return infoOf(jobID, id, m, exp), nil
+}
+
+// getCold returns a job that has no hash because it is cold (Config.ColdAfter), or
+// ErrNotFound.
+func (s *Store) getCold(ctx context.Context, id ID, jobID string) (*Info, error) {
+	recs, err := s.ReadJobs(ctx, id, []string{jobID})
+	if err != nil {
+		return nil, fmt.Errorf("get job %q: %w", jobID, err)
+	}
+	if len(recs) == 0 {
+		return nil, ErrNotFound
+	}
+	return infoOf(jobID, id, recs[0].fieldMap(), recs[0].ExpireAt), nil
 }
 
 // infoOf decodes a job hash m read with its PEXPIRETIME exp.
@@ -408,7 +421,10 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 		return nil, fmt.Errorf("runs of job %q: %v", jobID, err)
 	}
 	if f[0].IsNil() {
-		return nil, ErrNotFound
+		// A cold job has no runs yet.
+		if _, err := s.getCold(ctx, id, jobID); err != nil {
+			return nil, err
+		}
 	}
 	runs, err := decodeHistory(jobID, str(f[1]))
 	if err != nil {

@@ -102,7 +102,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 			return Page{}, err
 		}
 	}
-	match := s.keys.global() + "{*}:job:*"
+	match, shards := s.jobMatch(), s.shardIDs()
 	var page Page
 	for round := 0; round < scanRounds && node < len(addrs) && len(page.Jobs) < limit; round++ {
 		// A SCAN batch is never split (a SCAN from the same cursor need not return the
@@ -116,7 +116,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 		if err != nil {
 			return Page{}, fmt.Errorf("list jobs: scan %s: %w", addrs[node], err)
 		}
-		infos, err := s.readJobs(ctx, e.Elements)
+		infos, err := s.listJobs(ctx, shards, e.Elements)
 		if err != nil {
 			return Page{}, err
 		}
@@ -135,30 +135,22 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 	return page, nil
 }
 
-// readJobs reads the jobs of keys (job hash keys of this namespace) in one pipeline;
+// listJobs reads the jobs that keys (a SCAN batch of jobMatch) name, sorted by id;
 // jobs gone meanwhile are left out.
-func (s *Store) readJobs(ctx context.Context, keys []string) ([]*Info, error) {
-	if len(keys) == 0 {
-		return nil, nil
+func (s *Store) listJobs(ctx context.Context, shards map[string]ID, keys []string) ([]*Info, error) {
+	batch, err := s.jobsOfKeys(ctx, shards, keys)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	cmds := make(rueidis.Commands, 0, 2*len(keys))
-	for _, k := range keys {
-		cmds = append(cmds, s.c.B().Hgetall().Key(k).Build(), s.c.B().Pexpiretime().Key(k).Build())
+	recs, err := s.readJobsOf(ctx, batch)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	res := s.c.DoMulti(ctx, cmds...)
-	out := make([]*Info, 0, len(keys))
-	for i, k := range keys {
-		m, err := res[2*i].AsStrMap()
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: read %s: %w", k, err)
+	var out []*Info
+	for id, rs := range recs {
+		for _, r := range rs {
+			out = append(out, infoOf(r.ID, id, r.fieldMap(), r.ExpireAt))
 		}
-		j := strings.Index(k, "}:job:")
-		if len(m) == 0 || j < 0 {
-			continue
-		}
-		jobID := k[j+len("}:job:"):]
-		exp, _ := res[2*i+1].AsInt64()
-		out = append(out, infoOf(jobID, s.ShardOf(jobID), m, exp))
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out, nil
@@ -217,7 +209,15 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 			return nil, fmt.Errorf("update job %q: %w", jobID, err)
 		}
 		if len(m) == 0 {
-			return nil, ErrNotFound
+			// A cold job: update_job thaws it first.
+			recs, err := s.ReadJobs(ctx, id, []string{jobID})
+			if err != nil {
+				return nil, fmt.Errorf("update job %q: %w", jobID, err)
+			}
+			if len(recs) == 0 {
+				return nil, ErrNotFound
+			}
+			m = recs[0].fieldMap()
 		}
 		oldDH := m["dh"]
 		j := decodeInfo(jobID, m).Job

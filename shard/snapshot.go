@@ -28,6 +28,15 @@ type JobRecord struct {
 	ExpireAt int64
 }
 
+// fieldMap returns the record's fields as a map.
+func (r JobRecord) fieldMap() map[string]string {
+	m := make(map[string]string, len(r.Fields)/2)
+	for i := 0; i+1 < len(r.Fields); i += 2 {
+		m[r.Fields[i]] = r.Fields[i+1]
+	}
+	return m
+}
+
 // Snapshot batches.
 const (
 	// readBatch bounds the jobs one read_jobs call reads.
@@ -58,10 +67,7 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 	if err != nil {
 		return fmt.Errorf("scan jobs: %w", err)
 	}
-	shards := make(map[string]ID, len(s.keys.prefixes))
-	for i, p := range s.keys.prefixes {
-		shards[p] = ID(i)
-	}
+	shards := s.shardIDs()
 	match := s.jobMatch()
 	for _, addr := range addrs {
 		n := nodes[addr]
@@ -71,11 +77,9 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 			if err != nil {
 				return fmt.Errorf("scan jobs on %s: %w", addr, err)
 			}
-			batch := map[ID][]string{}
-			for _, k := range e.Elements {
-				if id, jobID, ok := s.splitJobKey(shards, k); ok {
-					batch[id] = append(batch[id], jobID)
-				}
+			batch, err := s.jobsOfKeys(ctx, shards, e.Elements)
+			if err != nil {
+				return fmt.Errorf("scan jobs on %s: %w", addr, err)
 			}
 			ids := make([]ID, 0, len(batch))
 			for id := range batch {
@@ -95,9 +99,10 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 	return nil
 }
 
-// jobMatch is the SCAN pattern matching the job keys of every shard of the namespace:
-// `<ns>:v1:{*}:job:*`, the namespace's glob characters escaped. It may match other keys
-// of the namespace too (a '*' spans ':' and '}'); splitJobKey tells them apart.
+// jobMatch is the SCAN pattern matching the job keys and cold job indexes (lua
+// common's cold_index) of every shard of the namespace: `<ns>:v1:{*}:job*`, the
+// namespace's glob characters escaped. It may match other keys of the namespace too (a
+// '*' spans ':' and '}'); splitJobKey tells them apart.
 func (s *Store) jobMatch() string {
 	var b strings.Builder
 	for _, c := range s.keys.global() {
@@ -107,26 +112,75 @@ func (s *Store) jobMatch() string {
 		}
 		b.WriteRune(c)
 	}
-	return b.String() + "{*}:job:*"
+	return b.String() + "{*}:job*"
 }
 
-// splitJobKey returns the shard and job id of key when it is the key of a job of one of
-// the shards (keyed by their Keys.Prefix): `<prefix>job:<id>`.
-func (s *Store) splitJobKey(shards map[string]ID, key string) (ID, string, bool) {
+// shardIDs maps the key prefix of each shard to its id, for splitJobKey.
+func (s *Store) shardIDs() map[string]ID {
+	shards := make(map[string]ID, len(s.keys.prefixes))
+	for i, p := range s.keys.prefixes {
+		shards[p] = ID(i)
+	}
+	return shards
+}
+
+// splitJobKey returns the shard of key when it is the key of a job of one of the shards
+// (keyed by their Keys.Prefix), `<prefix>job:<id>`, with the job id, or the key of one of
+// their cold job indexes, `<prefix>jobs:<slot>`, with cold true.
+func (s *Store) splitJobKey(shards map[string]ID, key string) (id ID, jobID string, cold, ok bool) {
 	g := s.keys.global()
 	if !strings.HasPrefix(key, g+"{") {
-		return 0, "", false
+		return 0, "", false, false
 	}
 	end := strings.IndexByte(key[len(g):], '}')
 	if end < 0 {
-		return 0, "", false
+		return 0, "", false, false
 	}
 	prefix := key[:len(g)+end+1] + ":" // `<ns>:v1:{<tag>}:`, as Keys.Prefix
-	id, ok := shards[prefix]
-	if !ok || !strings.HasPrefix(key, prefix+"job:") || len(key) == len(prefix)+len("job:") {
-		return 0, "", false
+	id, ok = shards[prefix]
+	switch rest := key[len(prefix):]; {
+	case !ok:
+		return 0, "", false, false
+	case strings.HasPrefix(rest, "job:") && len(rest) > len("job:"):
+		return id, rest[len("job:"):], false, true
+	case strings.HasPrefix(rest, "jobs:") && len(rest) > len("jobs:"):
+		return id, "", true, true
 	}
-	return id, key[len(prefix)+len("job:"):], true
+	return 0, "", false, false
+}
+
+// jobsOfKeys returns, per shard, the ids of the jobs that keys (a SCAN batch of
+// jobMatch) name: a job key its job, a cold job index the cold jobs it holds (read in
+// one pipeline). Other keys are left out.
+func (s *Store) jobsOfKeys(ctx context.Context, shards map[string]ID, keys []string) (map[ID][]string, error) {
+	batch := map[ID][]string{}
+	var idx []string
+	var idxShard []ID
+	for _, k := range keys {
+		id, jobID, cold, ok := s.splitJobKey(shards, k)
+		switch {
+		case !ok:
+		case cold:
+			idx, idxShard = append(idx, k), append(idxShard, id)
+		default:
+			batch[id] = append(batch[id], jobID)
+		}
+	}
+	if len(idx) == 0 {
+		return batch, nil
+	}
+	cmds := make(rueidis.Commands, len(idx))
+	for i, k := range idx {
+		cmds[i] = s.c.B().Hkeys().Key(k).Build()
+	}
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		ids, err := r.AsStrSlice()
+		if err != nil {
+			return nil, fmt.Errorf("read cold jobs %s: %w", idx[i], err)
+		}
+		batch[idxShard[i]] = append(batch[idxShard[i]], ids...)
+	}
+	return batch, nil
 }
 
 // ReadJobs reads whole jobs of shard id: each job with its hash and expiry in one atomic
@@ -134,15 +188,27 @@ func (s *Store) splitJobKey(shards map[string]ID, key string) (ID, string, bool)
 // slightly different times. Jobs that do not exist are left out. The calls of one
 // ReadJobs go in one pipeline.
 func (s *Store) ReadJobs(ctx context.Context, id ID, jobIDs []string) ([]JobRecord, error) {
+	recs, err := s.readJobsOf(ctx, map[ID][]string{id: jobIDs})
+	return recs[id], err
+}
+
+// readJobsOf is ReadJobs for the jobs of several shards, in one pipeline.
+func (s *Store) readJobsOf(ctx context.Context, jobIDs map[ID][]string) (map[ID][]JobRecord, error) {
 	var calls []call
-	for len(jobIDs) > 0 {
-		n := min(len(jobIDs), readBatch)
-		args := append([]string{s.keys.Prefix(id)}, jobIDs[:n]...)
-		calls = append(calls, call{s.scripts.ReadJobs, []string{s.keys.Buckets(id)}, args})
-		jobIDs = jobIDs[n:]
+	var shardOf []ID
+	bucket := strconv.FormatInt(s.bucketMs, 10)
+	for id, ids := range jobIDs {
+		for len(ids) > 0 {
+			n := min(len(ids), readBatch)
+			args := append([]string{s.keys.Prefix(id), bucket}, ids[:n]...)
+			calls = append(calls, call{s.scripts.ReadJobs, []string{s.keys.Buckets(id)}, args})
+			shardOf = append(shardOf, id)
+			ids = ids[n:]
+		}
 	}
-	var out []JobRecord
-	for _, r := range s.exec(ctx, calls...) {
+	out := make(map[ID][]JobRecord, len(jobIDs))
+	for i, r := range s.exec(ctx, calls...) {
+		id := shardOf[i]
 		reply, err := r.ToArray()
 		if err != nil {
 			return nil, fmt.Errorf("read jobs of shard %d: %w", id, err)
@@ -155,7 +221,7 @@ func (s *Store) ReadJobs(ctx context.Context, id ID, jobIDs []string) ([]JobReco
 			if exp := i64(reply[k+1]); exp > 0 {
 				rec.ExpireAt = exp
 			}
-			out = append(out, rec)
+			out[id] = append(out[id], rec)
 		}
 	}
 	return out, nil

@@ -15,6 +15,22 @@ import (
 	"github.com/tockhq/tock/lua"
 )
 
+// DefaultColdAfter is Config.ColdAfter's default.
+const DefaultColdAfter = 10 * time.Minute
+
+// coldMs is the create_jobs argument for Config.ColdAfter (0: never), thawMs fire_due's
+// thaw time: cold jobs made before a change to a negative ColdAfter still thaw in time.
+func (c Config) coldMs() string {
+	return strconv.FormatInt(max(c.ColdAfter.Milliseconds(), 0), 10)
+}
+
+func (c Config) thawMs() string {
+	if c.ColdAfter < 0 {
+		return strconv.FormatInt(DefaultColdAfter.Milliseconds()/2, 10)
+	}
+	return strconv.FormatInt(c.ColdAfter.Milliseconds()/2, 10)
+}
+
 // Config configures a Store. The zero value is usable.
 type Config struct {
 	// Namespace prefixes every key and channel. Default "tock". 1 to 32 of
@@ -25,6 +41,12 @@ type Config struct {
 	Shards int
 	// BucketSize is the width of a due bucket. Default 1m. Fixed at initialisation too.
 	BucketSize time.Duration
+	// ColdAfter: a one-time job due further ahead than this when it is created is stored
+	// cold, packed with the other cold jobs of its due bucket at about half a job hash's
+	// memory, until the dispatcher thaws its bucket ColdAfter/2 before the bucket starts.
+	// A cold job reads, lists and exports like any other; changing it thaws it first.
+	// Default 10m, at least 1m; negative: never.
+	ColdAfter time.Duration
 	// History is how many recent runs each job keeps. Default 20.
 	History int
 	// Retention is how long finished one-time jobs (completed or cancelled) are kept.
@@ -50,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BucketSize == 0 {
 		c.BucketSize = time.Minute
+	}
+	if c.ColdAfter == 0 {
+		c.ColdAfter = DefaultColdAfter
 	}
 	if c.History == 0 {
 		c.History = job.DefaultHistory
@@ -78,6 +103,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("shards: must be 1 to %d, got %d", MaxShards, c.Shards)
 	case c.BucketSize < time.Second || c.BucketSize > 24*time.Hour:
 		return fmt.Errorf("bucket size: must be 1s to 24h, got %s", c.BucketSize)
+	case c.ColdAfter > 0 && c.ColdAfter < time.Minute:
+		return fmt.Errorf("cold after: must be at least 1m (or negative: never), got %s", c.ColdAfter)
 	case c.History < 1 || c.History > 1000:
 		return fmt.Errorf("history: must be 1 to 1000, got %d", c.History)
 	case c.Retention < time.Second:

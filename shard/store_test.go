@@ -687,7 +687,8 @@ func TestClaim_SettingsTokensAndAttempts(t *testing.T) {
 func TestFireDue_LeadFiresAhead(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		s := open(t, b, shard.Config{Shards: 1})
+		// Hot jobs only: a cold one's next due time is when its bucket thaws.
+		s := open(t, b, shard.Config{Shards: 1, ColdAfter: -1})
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
 		dueA, dueB := now.Add(time.Hour).Truncate(time.Millisecond), now.Add(3*time.Hour).Truncate(time.Millisecond)

@@ -28,7 +28,7 @@ func TestExport_ScansEachKeyOnce(t *testing.T) {
 	for i := 0; i < jobs; i += cap(batch) {
 		batch = batch[:0]
 		for k := i; k < i+cap(batch); k++ {
-			batch = append(batch, &job.Job{ID: "j" + strconv.Itoa(k), Type: "t", Schedule: job.Schedule{Delay: time.Hour}})
+			batch = append(batch, &job.Job{ID: "j" + strconv.Itoa(k), Type: "t", Schedule: job.Schedule{Delay: 5 * time.Minute}})
 		}
 		res, err := st.Create(ctx, batch)
 		require.NoError(t, err)

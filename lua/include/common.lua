@@ -9,8 +9,13 @@
 --   job field 'hs'           the due time of a one-time job's run that succeeded on the
 --                            ack's fast path: its entry, newest of all, is not in 'h' but
 --                            read from its run field (shard.Store.Runs)
---   P..'stats'         HASH  per-queue counts: 's:'..q scheduled (in due buckets), 'f:'..q in
---                            flight, 'd:'..q dead, 'n:'..q runs made ready since creation
+--   P..'stats'         HASH  per-queue counts: 's:'..q scheduled (in due buckets or cold), 'f:'..q
+--                            in flight, 'd:'..q dead, 'n:'..q runs made ready since creation
+-- Cold jobs (one-time jobs due further ahead than the store's ColdAfter when created; see
+-- cold_record), packed to a fraction of a job hash's memory until they are thawed:
+--   P..'cold'          ZSET  buckets with a pack; score = the bucket's start (ms)
+--   P..'pack:'..bucket LIST  cold records of the jobs due in the bucket
+--   P..'jobs:'..slot   HASH  cold job id -> its pack's bucket (slot: cold_index)
 
 -- now_ms returns the Redis server's clock in milliseconds, the same instant in
 -- microseconds as a string (ready signals and claims are ordered by it: see ParseReady),
@@ -376,6 +381,112 @@ local function due_of(kind, when, now)
   end
   local c = candidate(when, now)
   return c and tonumber(c)
+end
+
+-- cold_index returns the key of the hash that holds cold job id's pack: one of
+-- COLD_SLOTS per shard, so that each stays a small listpack.
+local COLD_SLOTS = 1024
+local function cold_index(P, id)
+  return P .. 'jobs:' .. num(tonumber(string.sub(redis.sha1hex(id), 1, 6), 16) % COLD_SLOTS)
+end
+
+-- cold_record packs what create_jobs would write for a scheduled one-time job into one
+-- string: "id|offset|age|dh|k" then name=len:value per definition field, where offset is
+-- due - the start of its bucket b, age is due - created, and k tells how the field 'sv'
+-- follows ('@': "@"..due, '+': "+"..age, '.': stored). A payload split into chunks
+-- (shard/jobs.go appendPayload) is stored joined as 'p'. The fields between defStart and
+-- defEnd of argv (the script's ARGV: a function's helpers cannot see it) are name,
+-- value, ...
+local function cold_record(id, due, dueStr, b, bucketMs, now, dh, argv, defStart, defEnd)
+  local age = num(due - now)
+  local parts = { id, '|', num(due - b * bucketMs), '|', age, '|', dh, '|', '.' }
+  local payload
+  for k = defStart, defEnd, 2 do
+    local f, v = argv[k], argv[k + 1]
+    if f == 'sv' and v == '@' .. dueStr then
+      parts[9] = '@'
+    elseif f == 'sv' and v == '+' .. age then
+      parts[9] = '+'
+    elseif f == 'p' or string.match(f, '^p%d$') then
+      payload = payload and payload .. v or v
+    else
+      parts[#parts + 1] = f .. '=' .. #v .. ':'
+      parts[#parts + 1] = v
+    end
+  end
+  if payload then
+    parts[#parts + 1] = 'p=' .. #payload .. ':'
+    parts[#parts + 1] = payload
+  end
+  return table.concat(parts)
+end
+
+-- cold_fields unpacks a cold record of bucket b (a number) into the job id, the due time
+-- (a string) and the job hash's fields (HGETALL's form: name, value, ...).
+local function cold_fields(rec, b, bucketMs)
+  local id, off, age, dh, k, pos = string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(.)()')
+  local due = b * bucketMs + tonumber(off)
+  local dueStr = num(due)
+  local f = { 'st', 'scheduled', 'nx', dueStr, 'cr', num(due - tonumber(age)), 'dh', dh, 'rl', ',' }
+  if k == '@' then
+    f[11], f[12] = 'sv', '@' .. dueStr
+  elseif k == '+' then
+    f[11], f[12] = 'sv', '+' .. age
+  end
+  while pos <= #rec do
+    local name, len, at = string.match(rec, '^([^=]*)=(%d+):()', pos)
+    pos = at + tonumber(len)
+    local v = string.sub(rec, at, pos - 1)
+    if name == 'p' and #v <= 512 then
+      -- Chunked again as shard/jobs.go stores a payload of up to 8 x 64 bytes.
+      for c = 0, math.floor((#v - 1) / 64) do
+        f[#f + 1], f[#f + 2] = c == 0 and 'p' or 'p' .. c, string.sub(v, c * 64 + 1, c * 64 + 64)
+      end
+    else
+      f[#f + 1], f[#f + 2] = name, v
+    end
+  end
+  return id, dueStr, f
+end
+
+-- cold_find returns cold job id's record and its pack's bucket (a string), or nil.
+local function cold_find(P, id)
+  local b = redis.call('HGET', cold_index(P, id), id)
+  if not b then
+    return nil
+  end
+  local prefix = id .. '|'
+  for _, rec in ipairs(redis.call('LRANGE', P .. 'pack:' .. b, '0', '-1')) do
+    if string.sub(rec, 1, #prefix) == prefix then
+      return rec, b
+    end
+  end
+  return nil
+end
+
+-- thaw stores a cold job of bucket b (string) as a job hash with its due run filed, as
+-- create_jobs would have (its count in the stats was made when it was created).
+local function thaw(P, bucketsKey, bucketMs, rec, b)
+  local id, dueStr, f = cold_fields(rec, tonumber(b), bucketMs)
+  redis.call('HSET', P .. 'job:' .. id, unpack(f))
+  redis.call('ZADD', P .. 'due:' .. b, dueStr, id .. ':' .. dueStr)
+  redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
+end
+
+-- thaw_job makes cold job id an ordinary one, so that a script may change it. Returns
+-- true when it was cold. Cheap when the shard has no cold jobs.
+local function thaw_job(P, bucketsKey, bucketMs, id)
+  if redis.call('EXISTS', P .. 'cold') == 0 then
+    return false
+  end
+  local rec, b = cold_find(P, id)
+  if not rec then
+    return false
+  end
+  redis.call('HDEL', cold_index(P, id), id)
+  redis.call('LREM', P .. 'pack:' .. b, '1', rec)
+  thaw(P, bucketsKey, bucketMs, rec, b)
+  return true
 end
 
 -- reset_state empties the collections the helpers above fill during a call. A script

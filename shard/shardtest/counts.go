@@ -4,6 +4,7 @@ package shardtest
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -46,6 +47,31 @@ func CheckCounts(t testing.TB, s *shard.Store) {
 		for _, b := range zrange(k.Buckets(id)) {
 			n, _ := strconv.ParseInt(b, 10, 64)
 			count(id, zrange(k.Due(id, n)), 0)
+		}
+		// Cold jobs (shard.Config.ColdAfter) count as scheduled: their records in the
+		// shard's packs start with their ids.
+		var cold []string
+		for _, b := range zrange(k.Prefix(id) + "cold") {
+			recs, err := rc.Do(ctx, rc.B().Lrange().Key(k.Prefix(id)+"pack:"+b).Start(0).Stop(-1).Build()).AsStrSlice()
+			require.NoError(t, err)
+			for _, r := range recs {
+				cold = append(cold, r[:strings.IndexByte(r, '|')])
+			}
+		}
+		jobs, err := s.ReadJobs(ctx, id, cold)
+		require.NoError(t, err)
+		require.Len(t, jobs, len(cold), "every cold record is a job")
+		for _, j := range jobs {
+			q := job.DefaultQueue
+			for f := 0; f+1 < len(j.Fields); f += 2 {
+				if j.Fields[f] == "q" {
+					q = j.Fields[f+1]
+				}
+			}
+			if want[q] == nil {
+				want[q] = &[3]int64{}
+			}
+			want[q][0]++
 		}
 		count(id, zrange(k.Inflight(id)), 1)
 		count(id, zrange(k.Dead(id)), 2)
