@@ -158,6 +158,7 @@ type config struct {
 	name          string
 	leaseTTL      time.Duration
 	fireLead      time.Duration
+	coldAfter     time.Duration
 	snapshotTo    string
 	snapshotEvery time.Duration
 	snapshotKeep  int
@@ -268,6 +269,24 @@ var settings = []*setting{
 		parse: func(c *config, v string) (err error) {
 			c.bucket, err = parseDuration(v, time.Second, 24*time.Hour)
 			return err
+		}},
+	{flag: "cold-after", arg: "duration", def: "10m", cmds: cmdRoles,
+		help: "one-time jobs due further ahead than this when created are stored cold, packed per due bucket at " +
+			"about half the memory, until dispatchers thaw their bucket half this time before it starts " +
+			"(0: never; else 1m to 8760h; give ingest and dispatcher processes the same value)",
+		parse: func(c *config, v string) error {
+			d, err := parseDuration(v, 0, 8760*time.Hour)
+			switch {
+			case err != nil:
+				return err
+			case d == 0:
+				c.coldAfter = -1
+			case d < time.Minute:
+				return errors.New("want 0 (never) or a duration from 1m to 8760h, such as 10m")
+			default:
+				c.coldAfter = d
+			}
+			return nil
 		}},
 	{flag: "http", arg: "host:port", def: ingest.DefaultAddr, cmds: cmdServer | cmdIngest,
 		help: "listen address of the HTTP API (port 0 picks a free one)",

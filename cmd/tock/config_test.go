@@ -49,6 +49,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 	require.Empty(t, c.name)
 	require.Equal(t, 3*time.Second, c.leaseTTL)
 	require.Equal(t, 100*time.Millisecond, c.fireLead)
+	require.Equal(t, shard.DefaultColdAfter, c.coldAfter)
 	require.Empty(t, c.snapshotTo)
 	require.Zero(t, c.snapshotEvery)
 	require.Equal(t, 24, c.snapshotKeep)
@@ -197,6 +198,8 @@ func TestLoadConfig_Errors(t *testing.T) {
 		{cmdServer, redis, []string{"--roles", ","}, `--roles ",": want api, dispatcher, or both`},
 		{cmdDispatcher, redis, []string{"--name", "a/b"}, `--name "a/b": "a/b": character '/' at 1 is not one of A-Z a-z 0-9 . _ ~ -`},
 		{cmdDispatcher, redis, []string{"--lease-ttl", "100ms"}, `--lease-ttl "100ms": want a duration from 300ms to 1m, such as 90s or 10m`},
+		{cmdIngest, redis, []string{"--cold-after", "30s"}, `--cold-after "30s": want 0 (never) or a duration from 1m to 8760h, such as 10m`},
+		{cmdServer, redis, []string{"--cold-after", "-1m"}, `--cold-after "-1m": want a duration from 0s to 8760h, such as 90s or 10m`},
 		{cmdDispatcher, redis, []string{"--fire-lead", "2s"}, `--fire-lead "2s": want a duration from 0s to 1s, such as 90s or 10m`},
 		{cmdDispatcher, redis, []string{"--snapshot-to", "s3://b%zz"}, `--snapshot-to "s3://b%zz": want a directory or a URL such as file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1`},
 		{cmdDispatcher, redis, []string{"--snapshot-every", "-1s"}, `--snapshot-every "-1s": want 0, or a duration of 1s or more such as 10m or 1h`},
@@ -403,4 +406,16 @@ func TestHelpers(t *testing.T) {
 	c, err := load(cmdDispatcher, map[string]string{"TOCK_REDIS": "r:1", "TOCK_SNAPSHOT_TO": "d", "TOCK_SNAPSHOT_EVERY": "1s"})
 	require.NoError(t, err)
 	require.Equal(t, time.Second, c.snapshotEvery)
+}
+
+// --cold-after 0 turns cold storage off (shard.Config's negative); other values pass.
+func TestLoadConfig_ColdAfter(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"TOCK_REDIS": "r:6379"}
+	c, err := load(cmdIngest, env, "--cold-after", "0")
+	require.NoError(t, err)
+	require.Negative(t, c.coldAfter)
+	c, err = load(cmdDispatcher, env, "--cold-after", "2h")
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Hour, c.coldAfter)
 }
