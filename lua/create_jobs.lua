@@ -57,8 +57,9 @@ local dueAdds, dueBuckets = {}, {}
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
--- Cold records per bucket, and the cold jobs of this call by id: an id given twice in a
--- call is found by the second, before the records are written.
+-- Cold records per bucket, and the cold jobs of this call by id ({ state, due, dh }, as
+-- the HMGET of an existing job): an id given twice in a call is found by the second,
+-- before the records are written.
 local packAdds, packBuckets, newCold = {}, {}, {}
 -- Whether the shard may hold cold jobs, which an id must then be looked up among.
 local anyCold = redis.call('EXISTS', P .. 'cold') == 1
@@ -71,14 +72,11 @@ for _ = 1, n do
   i = defEnd + 1
   local jobKey = P .. 'job:' .. id
   -- EXISTS first: a new id (the common case) costs less than reading three fields.
-  local existing = redis.call('EXISTS', jobKey) == 1 and redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
-  if not existing and anyCold and thaw_job(P, bucketsKey, bucketMs, id) then
+  local existing = newCold[id]
+  if not existing and (redis.call('EXISTS', jobKey) == 1 or anyCold and thaw_job(P, bucketsKey, bucketMs, id)) then
     existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   end
-  local cold = newCold[id]
-  if cold then
-    results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 0, 'scheduled', cold[1], cold[2]
-  elseif existing and existing[1] then
+  if existing and existing[1] then
     results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 0, existing[1], tonumber(existing[2]) or 0, existing[3] or ''
   else
     local due = due_of(kind, when, now)
@@ -88,27 +86,26 @@ for _ = 1, n do
       -- An 'at' time comes as the integer string it is (the caller formats it).
       local dueStr = kind == 'at' and when or num(due)
       local state, next, nextStr, rl
+      local scheduled = kind == 'cron' or due > now
+      if scheduled and (not lastLo or due < lastLo or due >= lastHi) then
+        local bn = math.floor(due / bucketMs)
+        lastLo, lastHi, lastB = bn * bucketMs, (bn + 1) * bucketMs, num(bn)
+      end
       if kind ~= 'cron' and coldMs > 0 and due > now + coldMs then
         -- Due far ahead: packed until the dispatcher thaws its bucket (fire_due).
         stat('s', q, 1)
-        local bn = math.floor(due / bucketMs)
-        local bs = num(bn)
-        local recs = group(packAdds, packBuckets, bs)
-        recs[#recs + 1] = cold_record(id, due, dueStr, bn, bucketMs, now, dh, ARGV, defStart, defEnd)
-        redis.call('HSET', cold_index(P, id), id, bs)
-        newCold[id] = { due, dh }
+        local recs = group(packAdds, packBuckets, lastB)
+        recs[#recs + 1] = cold_record(id, due, dueStr, lastLo, now, dh, ARGV, defStart, defEnd)
+        redis.call('HSET', cold_index(P, id), id, lastB)
+        newCold[id] = { 'scheduled', due, dh }
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'scheduled', due, dh
-      elseif kind ~= 'cron' and due <= now then
+      elseif not scheduled then
         -- Due already: its run goes straight to the ready set.
         state, next, nextStr, rl = 'ready', 0, '0', ',' .. dueStr .. ','
         new_run(id, dueStr, q, pri)
       else
         state, next, nextStr, rl = 'scheduled', due, dueStr, ','
         stat('s', q, 1)
-        if not lastLo or due < lastLo or due >= lastHi then
-          local bn = math.floor(due / bucketMs)
-          lastLo, lastHi, lastB = bn * bucketMs, (bn + 1) * bucketMs, num(bn)
-        end
         local adds = group(dueAdds, dueBuckets, lastB)
         local k = #adds
         adds[k + 1], adds[k + 2] = dueStr, id .. ':' .. dueStr

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -203,16 +205,8 @@ func TestCold_ReadsAsHotAndThaws(t *testing.T) {
 				delete(want, r.JobID)
 			}
 		}
-		require.ElementsMatch(t, []string{"chunks"}, keysOf(want))
+		require.ElementsMatch(t, []string{"chunks"}, slices.Collect(maps.Keys(want)))
 	})
-}
-
-func keysOf(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // On the Redis clock, a cold job thaws ColdAfter/2 before its bucket starts and fires at

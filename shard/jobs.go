@@ -321,14 +321,24 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 // getCold returns a job that has no hash because it is cold (Config.ColdAfter), or
 // ErrNotFound.
 func (s *Store) getCold(ctx context.Context, id ID, jobID string) (*Info, error) {
+	m, err := s.coldFields(ctx, id, jobID)
+	if err != nil {
+		return nil, err
+	}
+	return infoOf(jobID, id, m, 0), nil
+}
+
+// coldFields returns the fields that cold job jobID will have as a hash (read_jobs), or
+// ErrNotFound.
+func (s *Store) coldFields(ctx context.Context, id ID, jobID string) (map[string]string, error) {
 	recs, err := s.ReadJobs(ctx, id, []string{jobID})
 	if err != nil {
-		return nil, fmt.Errorf("get job %q: %w", jobID, err)
+		return nil, fmt.Errorf("read job %q: %w", jobID, err)
 	}
 	if len(recs) == 0 {
 		return nil, ErrNotFound
 	}
-	return infoOf(jobID, id, recs[0].fieldMap(), recs[0].ExpireAt), nil
+	return recs[0].fieldMap(), nil
 }
 
 // infoOf decodes a job hash m read with its PEXPIRETIME exp.

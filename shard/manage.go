@@ -210,14 +210,9 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		}
 		if len(m) == 0 {
 			// A cold job: update_job thaws it first.
-			recs, err := s.ReadJobs(ctx, id, []string{jobID})
-			if err != nil {
-				return nil, fmt.Errorf("update job %q: %w", jobID, err)
+			if m, err = s.coldFields(ctx, id, jobID); err != nil {
+				return nil, err
 			}
-			if len(recs) == 0 {
-				return nil, ErrNotFound
-			}
-			m = recs[0].fieldMap()
 		}
 		oldDH := m["dh"]
 		j := decodeInfo(jobID, m).Job

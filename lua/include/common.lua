@@ -392,14 +392,14 @@ end
 
 -- cold_record packs what create_jobs would write for a scheduled one-time job into one
 -- string: "id|offset|age|dh|k" then name=len:value per definition field, where offset is
--- due - the start of its bucket b, age is due - created, and k tells how the field 'sv'
+-- due - bucketStart (the start of its bucket, ms), age is due - created, and k tells how the field 'sv'
 -- follows ('@': "@"..due, '+': "+"..age, '.': stored). A payload split into chunks
 -- (shard/jobs.go appendPayload) is stored joined as 'p'. The fields between defStart and
 -- defEnd of argv (the script's ARGV: a function's helpers cannot see it) are name,
 -- value, ...
-local function cold_record(id, due, dueStr, b, bucketMs, now, dh, argv, defStart, defEnd)
+local function cold_record(id, due, dueStr, bucketStart, now, dh, argv, defStart, defEnd)
   local age = num(due - now)
-  local parts = { id, '|', num(due - b * bucketMs), '|', age, '|', dh, '|', '.' }
+  local parts = { id, '|', num(due - bucketStart), '|', age, '|', dh, '|', '.' }
   local payload
   for k = defStart, defEnd, 2 do
     local f, v = argv[k], argv[k + 1]
@@ -464,28 +464,21 @@ local function cold_find(P, id)
   return nil
 end
 
--- thaw stores a cold job of bucket b (string) as a job hash with its due run filed, as
--- create_jobs would have (its count in the stats was made when it was created).
-local function thaw(P, bucketsKey, bucketMs, rec, b)
-  local id, dueStr, f = cold_fields(rec, tonumber(b), bucketMs)
-  redis.call('HSET', P .. 'job:' .. id, unpack(f))
-  redis.call('ZADD', P .. 'due:' .. b, dueStr, id .. ':' .. dueStr)
-  redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
-end
-
--- thaw_job makes cold job id an ordinary one, so that a script may change it. Returns
--- true when it was cold. Cheap when the shard has no cold jobs.
+-- thaw_job makes cold job id an ordinary one, so that a script may change it: a job hash
+-- with its due run filed, as create_jobs would have written (its count in the stats was
+-- made when it was created). Returns true when it was cold. Costs one HGET when not.
 local function thaw_job(P, bucketsKey, bucketMs, id)
-  if redis.call('EXISTS', P .. 'cold') == 0 then
-    return false
-  end
   local rec, b = cold_find(P, id)
   if not rec then
     return false
   end
   redis.call('HDEL', cold_index(P, id), id)
   redis.call('LREM', P .. 'pack:' .. b, '1', rec)
-  thaw(P, bucketsKey, bucketMs, rec, b)
+  local bn = tonumber(b)
+  local _, dueStr, f = cold_fields(rec, bn, bucketMs)
+  redis.call('HSET', P .. 'job:' .. id, unpack(f))
+  redis.call('ZADD', P .. 'due:' .. b, dueStr, id .. ':' .. dueStr)
+  redis.call('ZADD', bucketsKey, num(bn * bucketMs), b)
   return true
 end
 
