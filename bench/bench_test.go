@@ -97,6 +97,10 @@ func TestScenarios_RejectBadSettings(t *testing.T) {
 	require.ErrorContains(t, err, "--jobs")
 	_, err = bench.Memory(ctx, bench.MemoryConfig{Jobs: 10})
 	require.ErrorContains(t, err, "needs a real Redis")
+	_, err = bench.Bare(ctx, bench.BareConfig{Jobs: 0})
+	require.ErrorContains(t, err, "--jobs")
+	_, err = bench.Bare(ctx, bench.BareConfig{Jobs: 10, Batch: -1})
+	require.ErrorContains(t, err, "--batch -1")
 }
 
 func TestFire_ProducerAndWorkersInSeparateRuns(t *testing.T) {
@@ -131,5 +135,19 @@ func TestFire_ProducerAndWorkersInSeparateRuns(t *testing.T) {
 		require.Zero(t, res.Duplicates)
 		require.Zero(t, res.Missing)
 		require.Zero(t, res.Early)
+	})
+}
+
+func TestBare_MovesEveryJobOnce(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		// 1,003 jobs over 3 streams in batches of 100: shares of 335 and 334, each with a
+		// short last batch.
+		res, err := bench.Bare(context.Background(), bench.BareConfig{Common: common(b), Jobs: 1003, Batch: 100, Streams: 3, Payload: 10})
+		require.NoError(t, err)
+		require.Equal(t, 1003, res.Processed)
+		require.Zero(t, res.Duplicates)
+		require.Positive(t, res.JobsPerSec)
+		requireCPUFigure(t, b, res.RedisCPUUsPerJob)
+		require.Equal(t, "bare", res.Scenario)
 	})
 }

@@ -23,6 +23,7 @@ const benchUsage = `Usage:
                   [--producer-only | --workers-only --namespace NS]
   tock bench throughput --jobs N --concurrency C
   tock bench memory --jobs N --payload 100 --redis host:port
+  tock bench bare --jobs N --batch 500 --concurrency 8 --payload 100
   tock bench ingest [--api URL --token T] --jobs N --conns C --batch B --payload 100 [--delay 1h]
                   (without --api: an in-process API server over --redis or the embedded Redis)
 Common flags: --redis host:port[,host:port...] (default: embedded in-memory Redis),
@@ -59,10 +60,15 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
 	fs.IntVar(&jobs, "jobs", 100000, "jobs")
 	defConc := bench.DefaultConcurrency
-	if scenario == "fire" {
+	concUsage := "worker handler slots"
+	switch scenario {
+	case "fire":
 		defConc = bench.DefaultFireConcurrency
+	case "bare":
+		defConc, concUsage = bench.DefaultBareStreams, "pipelines run side by side, each on its own keys"
+		fs.IntVar(&batch, "batch", bench.DefaultBareBatch, "jobs per command or script call")
 	}
-	fs.IntVar(&concurrency, "concurrency", defConc, "worker handler slots")
+	fs.IntVar(&concurrency, "concurrency", defConc, concUsage)
 	fs.IntVar(&payload, "payload", 100, "payload bytes per job")
 	fs.BoolVar(&asJSON, "json", false, "print the result as one JSON object (the default output is JSON as well, indented)")
 	fs.BoolVar(&verbose, "v", false, "log engine errors to stderr")
@@ -113,6 +119,8 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		res, err = bench.Throughput(ctx, bench.ThroughputConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload})
 	case "memory":
 		res, err = bench.Memory(ctx, bench.MemoryConfig{Common: common, Jobs: jobs, Payload: payload})
+	case "bare":
+		res, err = bench.Bare(ctx, bench.BareConfig{Common: common, Jobs: jobs, Batch: batch, Streams: concurrency, Payload: payload})
 	case "ingest":
 		res, err = bench.Ingest(ctx, bench.IngestConfig{Common: common, API: api, Token: token, Jobs: jobs,
 			Conns: conns, Batch: batch, Payload: payload, Delay: delay})

@@ -52,7 +52,7 @@ Usage:
       List dead runs, make them ready again, or delete them.
   tock queues [--watch] | tock queues pause|resume QUEUE...
       Queue figures (--watch redraws every 2s), or stop and restart claiming from a queue.
-  tock bench fire|throughput|memory|ingest [flags]
+  tock bench fire|throughput|memory|ingest|bare [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
 
 server, ingest, dispatcher, init and snapshot read each setting from a flag, an environment
