@@ -27,7 +27,7 @@ local keep = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
 
 local jobKey = P .. 'job:' .. id
--- A cold job (common's cold_record) becomes an ordinary one first.
+-- A cold or packed job (common's cold_record, unpack_job) becomes an ordinary one first.
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end

@@ -9,7 +9,7 @@
 -- ARGV[4] nonce     string  random per worker process; part of each token
 -- ARGV[5] queue     string  the queue of KEYS[1], for the in-flight count
 --
--- Derived keys: P..'job:'..id, P..'stats'
+-- Derived keys: P..'job:'..id, P..'stats', P..'jobs:packed', P..'runs:packed'
 --
 -- Returns: { now, runs, now_us, first_token } where runs holds, per claimed run, 4
 --          entries: member, type, payload, and rest: '' for a first attempt whose job
@@ -17,7 +17,9 @@
 --          first_token, the same for every first attempt of the call), else
 --          "token|attempt|timeout ms|visibility ms|max attempts|start ms", a default
 --          left empty; start is the retry time of a retry fired ahead of it (the
---          dispatcher fires up to its lead early), else empty.
+--          dispatcher fires up to its lead early), else empty; or, for a run of a
+--          packed job (common's PACKED; always a first attempt), type '', payload the
+--          job's packed value and rest '#'.
 --          Every value returned costs Redis about as much as a field read: most runs
 --          need three. now_us is now in microseconds (a string), which orders the claim
 --          against ready signals.
@@ -43,54 +45,21 @@ local firstTok = '1-' .. nonce
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
 local ni, no = 0, 0
-for _, member in ipairs(popped) do
-  local id, due = split_run(member)
-  local jobKey = P .. 'job:' .. id
-  local rf = 'r' .. due
-  -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go); a
-  -- chunk after p1 exists only when p1 is full, so most claims read two chunks at most.
-  local j = redis.call('HMGET', jobKey, 't', 'p', 'p1', 'to', 'vt', 'ma', rf)
-  -- An orphan (its job expired or was removed) is dropped.
-  if j[1] then
-    local payload = j[2] or ''
-    if j[3] then
-      payload = payload .. j[3]
-      if #j[3] == 64 then
-        local more = redis.call('HMGET', jobKey, 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
-        local parts = { payload }
-        for k = 1, 6 do
-          if not more[k] then
-            break
-          end
-          parts[k + 1] = more[k]
-        end
-        payload = table.concat(parts)
-      end
-    end
-    -- The job's state stays 'ready' while a one-time run runs (readers tell a running
-    -- run from its field).
-    local rest = ''
-    if j[7] and j[7] ~= '' then
-      local r = run_get(j[7])
-      r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
-      -- A run fired ahead of its due time (the dispatcher's lead) records as its start
-      -- the time the worker will start it; a retry or snoozed run starts no sooner than
-      -- its retry time.
-      local start = later_ms(later_ms(due, nowStr), r.ra)
-      r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, start
-      redis.call('HSET', jobKey, rf, run_pack(r))
-      rest = r.tok .. '|' .. num(r.att) .. '|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|' .. (start ~= nowStr and start or '')
-    else
-      if later_ms(due, nowStr) == nowStr then
-        redis.call('HSET', jobKey, rf, firstRun)
-      else
-        redis.call('HSET', jobKey, rf, 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. due .. '||')
-      end
-      if j[4] or j[5] or j[6] then
-        rest = firstTok .. '|1|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|'
-      end
-    end
-    local vt = j[5] or '30000'
+-- The packed jobs among the runs' jobs, read at once.
+local ids, dues = {}, {}
+for k, member in ipairs(popped) do
+  ids[k], dues[k] = split_run(member)
+end
+local packed = #popped > 0 and redis.call('HMGET', P .. PACKED, unpack(ids))
+local runAdds, nr = {}, 0
+for k, member in ipairs(popped) do
+  local id, due = ids[k], dues[k]
+  local pv = packed[k]
+  if pv then
+    local start = later_ms(due, nowStr)
+    runAdds[nr + 1], runAdds[nr + 2] = id, 'R|' .. firstTok .. '|' .. worker .. '|' .. start .. '|' .. ARGV[5]
+    nr = nr + 2
+    local vt = string.match(pv, '^%d+|(%d+)|') or '30000'
     local deadline = deadlines[vt]
     if not deadline then
       deadline = num(now + tonumber(vt))
@@ -98,10 +67,70 @@ for _, member in ipairs(popped) do
     end
     inflight[ni + 1], inflight[ni + 2] = deadline, member
     ni = ni + 2
-    -- Numbers go back as the strings they are stored as; the caller parses them.
-    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, j[1], payload, rest
+    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, '', pv, '#'
     no = no + 4
+  else
+    local jobKey = P .. 'job:' .. id
+    local rf = 'r' .. due
+    -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go); a
+    -- chunk after p1 exists only when p1 is full, so most claims read two chunks at most.
+    local j = redis.call('HMGET', jobKey, 't', 'p', 'p1', 'to', 'vt', 'ma', rf)
+    -- An orphan (its job expired or was removed) is dropped.
+    if j[1] then
+      local payload = j[2] or ''
+      if j[3] then
+        payload = payload .. j[3]
+        if #j[3] == 64 then
+          local more = redis.call('HMGET', jobKey, 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
+          local parts = { payload }
+          for c = 1, 6 do
+            if not more[c] then
+              break
+            end
+            parts[c + 1] = more[c]
+          end
+          payload = table.concat(parts)
+        end
+      end
+      -- The job's state stays 'ready' while a one-time run runs (readers tell a running
+      -- run from its field).
+      local rest = ''
+      if j[7] and j[7] ~= '' then
+        local r = run_get(j[7])
+        r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
+        -- A run fired ahead of its due time (the dispatcher's lead) records as its start
+        -- the time the worker will start it; a retry or snoozed run starts no sooner than
+        -- its retry time.
+        local start = later_ms(later_ms(due, nowStr), r.ra)
+        r.tok, r.wk, r.sa = num(r.dl) .. '-' .. nonce, worker, start
+        redis.call('HSET', jobKey, rf, run_pack(r))
+        rest = r.tok .. '|' .. num(r.att) .. '|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|' .. (start ~= nowStr and start or '')
+      else
+        if later_ms(due, nowStr) == nowStr then
+          redis.call('HSET', jobKey, rf, firstRun)
+        else
+          redis.call('HSET', jobKey, rf, 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. due .. '||')
+        end
+        if j[4] or j[5] or j[6] then
+          rest = firstTok .. '|1|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|'
+        end
+      end
+      local vt = j[5] or '30000'
+      local deadline = deadlines[vt]
+      if not deadline then
+        deadline = num(now + tonumber(vt))
+        deadlines[vt] = deadline
+      end
+      inflight[ni + 1], inflight[ni + 2] = deadline, member
+      ni = ni + 2
+      -- Numbers go back as the strings they are stored as; the caller parses them.
+      out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, j[1], payload, rest
+      no = no + 4
+    end
   end
+end
+if nr > 0 then
+  redis.call('HSET', P .. PACKED_RUNS, unpack(runAdds))
 end
 if ni > 0 then
   redis.call('ZADD', inflightKey, unpack(inflight))

@@ -6,6 +6,8 @@
 -- ARGV[3] n        count   jobs that follow
 -- ARGV[4] cold     ms      a one-time job due more than this after now is stored cold
 --                          (packed; see common's cold_record), 0 never
+-- ARGV[5] pack     '1' | '0'  whether a one-time job due already is stored packed
+--                          (common's PACKED) rather than as a job hash
 -- then per job:
 --   id       string  job id (the idempotency key)
 --   kind     'at' | 'delay' | 'cron'
@@ -19,7 +21,8 @@
 --   ndef*2   field, value ...
 --
 -- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
---               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot
+--               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot, P..'jobs:packed',
+--               P..'runs:packed'
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
 --
@@ -37,6 +40,7 @@ local P = ARGV[1]
 local bucketMs = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local coldMs = tonumber(ARGV[4])
+local pack = ARGV[5] == '1'
 
 local now, _, nowStr = now_ms()
 
@@ -57,13 +61,29 @@ local dueAdds, dueBuckets = {}, {}
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
--- Cold records per bucket, and the cold jobs of this call by id ({ state, due, dh }, as
--- the HMGET of an existing job): an id given twice in a call is found by the second,
+-- Cold records per bucket, and the cold and packed jobs of this call by id ({ state,
+-- due, dh }, as the HMGET of an existing job): an id given twice in a call is found by the second,
 -- before the records are written.
 local packAdds, packBuckets, newCold = {}, {}, {}
--- Whether the shard may hold cold jobs, which an id must then be looked up among.
+-- Packed jobs of this call: id, value, ... (common's PACKED).
+local packed = {}
+-- Whether the shard may hold cold jobs, which an id must then be looked up among; and
+-- which ids are packed jobs already, looked up at once.
 local anyCold = redis.call('EXISTS', P .. 'cold') == 1
-local i = 5
+local packedIDs = {}
+if redis.call('EXISTS', P .. PACKED) == 1 then
+  local ids, k = {}, 6
+  for c = 1, n do
+    ids[c] = ARGV[k]
+    k = k + 7 + tonumber(ARGV[k + 6]) * 2
+  end
+  for c, v in ipairs(redis.call('HMGET', P .. PACKED, unpack(ids))) do
+    if v then
+      packedIDs[ids[c]] = true
+    end
+  end
+end
+local i = 6
 for _ = 1, n do
   local id, kind, when, q, pri, dh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   local ndef = tonumber(ARGV[i + 6])
@@ -73,7 +93,7 @@ for _ = 1, n do
   local jobKey = P .. 'job:' .. id
   -- EXISTS first: a new id (the common case) costs less than reading three fields.
   local existing = newCold[id]
-  if not existing and (redis.call('EXISTS', jobKey) == 1 or anyCold and thaw_job(P, bucketsKey, bucketMs, id)) then
+  if not existing and (redis.call('EXISTS', jobKey) == 1 or (anyCold or packedIDs[id]) and thaw_job(P, bucketsKey, bucketMs, id)) then
     existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   end
   if existing and existing[1] then
@@ -99,6 +119,13 @@ for _ = 1, n do
         redis.call('HSET', cold_index(P, id), id, lastB)
         newCold[id] = { 'scheduled', due, dh }
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'scheduled', due, dh
+      elseif not scheduled and pack then
+        -- Due already: its run goes straight to the ready set, the job packed.
+        new_run(id, dueStr, q, pri)
+        local k = #packed
+        packed[k + 1], packed[k + 2] = id, nowStr .. '|' .. (def_of('vt', ARGV, defStart, defEnd) or '') .. '|' .. cold_record(id, due, dueStr, 0, due, dh, ARGV, defStart, defEnd)
+        newCold[id] = { 'ready', 0, dh }
+        results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'ready', 0, dh
       elseif not scheduled then
         -- Due already: its run goes straight to the ready set.
         state, next, nextStr, rl = 'ready', 0, '0', ',' .. dueStr .. ','
@@ -140,6 +167,10 @@ for _, b in ipairs(packBuckets) do
     redis.call('RPUSH', P .. 'pack:' .. b, unpack(recs, k, math.min(k + 5999, #recs)))
   end
   redis.call('ZADD', P .. 'cold', num(tonumber(b) * bucketMs), b)
+end
+
+for k = 1, #packed, 6000 do
+  redis.call('HSET', P .. PACKED, unpack(packed, k, math.min(k + 5999, #packed)))
 end
 
 local readied = flush_ready(P)

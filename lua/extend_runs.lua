@@ -5,7 +5,8 @@
 -- ARGV[2] n         count   runs that follow
 -- then per run: member, token
 --
--- Derived keys: P..'job:'..id
+-- Derived keys: P..'job:'..id, P..'jobs:packed', P..'runs:packed' (a run of a packed job
+--               unpacks the job: common's unpack_job)
 --
 -- Returns: per run, 1 extended, 0 cancelled (the handler should stop; its deadline is
 --          still extended so the cancellation is not taken for a lost worker),
@@ -18,6 +19,17 @@ local n = tonumber(ARGV[2])
 
 local now = now_ms()
 local out = {}
+local ids = {}
+for k = 1, n do
+  ids[k] = string.match(ARGV[1 + 2 * k], '^([^:]*)')
+end
+if n > 0 then
+  for k, run in ipairs(redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))) do
+    if run then
+      unpack_job(P, ids[k])
+    end
+  end
+end
 for k = 3, 2 + n * 2, 2 do
   local member, token = ARGV[k], ARGV[k + 1]
   -- A run that leaves the inflight set loses its token, so the token alone proves it.

@@ -22,7 +22,12 @@
 --           'handback' ready again at once without using an attempt (worker shutdown)
 --   A run whose job was cancelled while it ran ends cancelled whatever the outcome.
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
+--               P..'jobs:packed', P..'runs:packed', P..'expiry', P..'expiry:'..bucket
+--
+-- A packed job's run (common's PACKED) that succeeded is recorded in its packed state,
+-- with those of the other runs of the call in one write; any other end of it, and a
+-- reaped one, unpacks its job first and takes the paths below.
 --
 -- Returns: { results, queues }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
@@ -206,7 +211,19 @@ local function finish(member, outcome, token, errmsg, delay)
   return 1
 end
 
+-- Packed runs that succeeded in this call: id, state, ... and their ids, which expire
+-- together (retention after now).
+local packedDone, packedIds = {}, {}
+
 local function done()
+  if #packedDone > 0 then
+    redis.call('HSET', P .. PACKED_RUNS, unpack(packedDone))
+    local b = num(math.floor((now + tonumber(retention)) / bucketMs) + 1)
+    for k = 1, #packedIds, 6000 do
+      redis.call('RPUSH', P .. 'expiry:' .. b, unpack(packedIds, k, math.min(k + 5999, #packedIds)))
+    end
+    redis.call('ZADD', P .. 'expiry', num(tonumber(b) * bucketMs), b)
+  end
   for k = 1, #leaving, 6000 do
     redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))
   end
@@ -215,10 +232,26 @@ local function done()
   return readied
 end
 
+-- packed_runs returns the ids of members and their packed run states (false for none).
+local function packed_runs(members)
+  local ids = {}
+  for k, m in ipairs(members) do
+    ids[k] = string.match(m, '^([^:]*)')
+  end
+  if #ids == 0 then
+    return ids, {}
+  end
+  return ids, redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))
+end
+
 if mode == 'reap' then
   local reaped = 0
   local expired = redis.call('ZRANGEBYSCORE', inflightKey, '-inf', num(now), 'LIMIT', 0, n)
-  for _, member in ipairs(expired) do
+  local ids, runs = packed_runs(expired)
+  for k, member in ipairs(expired) do
+    if runs[k] then
+      unpack_job(P, ids[k])
+    end
     if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
       reaped = reaped + 1
     else
@@ -229,10 +262,39 @@ if mode == 'reap' then
   return { reaped, done() }
 end
 
+local members = {}
+for k = 1, n do
+  members[k] = ARGV[4 + 5 * k]
+end
+local ids, runs = packed_runs(members)
+local finished = {}
+local expiry = num(now + tonumber(retention))
 local results = {}
 local i = 9
-for _ = 1, n do
-  results[#results + 1] = finish(ARGV[i], ARGV[i + 2], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4])
+for k = 1, n do
+  local member, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local id = ids[k]
+  local run = runs[k]
+  if run then
+    local tok, wk, start, q = string.match(run, '^R|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    if tok ~= token or finished[id] then
+      -- Not held with this token: finished already, or never claimed with it.
+      results[k] = -2
+    elseif outcome == 'ok' then
+      finished[id] = true
+      local d = #packedDone
+      packedDone[d + 1], packedDone[d + 2] = id, 'C|' .. tok .. '|' .. wk .. '|' .. start .. '|' .. q .. '|' .. nowStr .. '|' .. expiry
+      packedIds[#packedIds + 1] = id
+      leaving[#leaving + 1] = member
+      stat('f', q, -1)
+      results[k] = 1
+    else
+      unpack_job(P, id)
+      results[k] = finish(member, outcome, token, ARGV[i + 3], ARGV[i + 4])
+    end
+  else
+    results[k] = finish(member, outcome, token, ARGV[i + 3], ARGV[i + 4])
+  end
   i = i + 5
 end
 return { results, done() }

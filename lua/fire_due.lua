@@ -22,13 +22,19 @@
 --                          now (default 0: when due), at most THAW_MAX per call
 --
 -- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats',
---               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot
+--               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot, P..'jobs:packed',
+--               P..'runs:packed', P..'expiry', P..'expiry:'..bucket
+--
+-- Packed jobs that succeeded (common's PACKED) are deleted once their expiry has passed,
+-- EXPIRE_MAX a call, from the lists of the expiry buckets that ended by now.
 --
 -- Returns: { now, next_due, next_deadline, fired, queues, cron }
 --   now            the server's clock, ms
 --   next_due       earliest due time after now + lead (ms), or when the next cold bucket
---                  is to be thawed if that is sooner; now when more entries are due than
---                  limit or more cold jobs are to be thawed; -1 when nothing is scheduled
+--                  is to be thawed or the next expiry bucket of packed jobs ends if that
+--                  is sooner; now when more entries are due than limit, more cold jobs
+--                  are to be thawed or more packed jobs deleted; -1 when nothing is
+--                  scheduled
 --   next_deadline  earliest visibility deadline of a claimed run (ms), -1 when none
 --   fired          runs made ready; queues: the queues that received them
 --   cron           per due cron occurrence up to now + lead (left in place for
@@ -82,6 +88,36 @@ for _, b in ipairs(packs) do
   -- LPOP took the last record: the list is gone.
   redis.call('ZREM', coldKey, b)
 end
+-- Succeeded packed jobs past their expiry are deleted.
+local EXPIRE_MAX = 256
+local expiryKey = P .. 'expiry'
+local expireMore = false
+local eb = redis.call('ZRANGEBYSCORE', expiryKey, '-inf', nowStr, 'LIMIT', '0', '1')[1]
+if eb then
+  local listKey = P .. 'expiry:' .. eb
+  local ids = redis.call('LPOP', listKey, num(EXPIRE_MAX))
+  if ids then
+    local runs = redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))
+    local gone = {}
+    for k, id in ipairs(ids) do
+      -- One unpacked since (its job hash expires by itself) has no packed state; one
+      -- packed again since, with a later expiry, is left to that expiry's entry.
+      local exp = runs[k] and string.match(runs[k], '^C|.*|(%d+)$')
+      if exp and tonumber(exp) <= now then
+        gone[#gone + 1] = id
+      end
+    end
+    if #gone > 0 then
+      redis.call('HDEL', P .. PACKED, unpack(gone))
+      redis.call('HDEL', P .. PACKED_RUNS, unpack(gone))
+    end
+  end
+  if redis.call('EXISTS', listKey) == 0 then
+    redis.call('ZREM', expiryKey, eb)
+  end
+  expireMore = true
+end
+
 -- Entries due up to the horizon fire now.
 local horizonStr = nowStr
 if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
@@ -163,9 +199,13 @@ if nextDue == -1 then
   end
 end
 
-if thawMore then
+if thawMore or expireMore then
   nextDue = now
 else
+  local e = redis.call('ZRANGE', expiryKey, '0', '0', 'WITHSCORES')
+  if e[2] and (nextDue == -1 or tonumber(e[2]) < nextDue) then
+    nextDue = math.max(tonumber(e[2]), now)
+  end
   local c = redis.call('ZRANGE', coldKey, '0', '0', 'WITHSCORES')
   if c[2] then
     local t = math.max(tonumber(c[2]) - thawMs, now)

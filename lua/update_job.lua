@@ -33,7 +33,7 @@ local kind, when = ARGV[6], ARGV[7]
 local ndel, nset = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local jobKey = P .. 'job:' .. id
--- A cold job (common's cold_record) becomes an ordinary one first.
+-- A cold or packed job (common's cold_record, unpack_job) becomes an ordinary one first.
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end

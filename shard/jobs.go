@@ -224,7 +224,7 @@ func (s *Store) create(ctx context.Context, byShard map[ID][]*encodedJob, jobs [
 			n := min(len(es), maxCreateBatch)
 			chunk := es[:n]
 			es = es[n:]
-			args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(len(chunk)), s.cfg.coldMs()}
+			args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(len(chunk)), s.cfg.coldMs(), s.cfg.packArg()}
 			for _, e := range chunk {
 				args = append(args, jobs[e.idx].ID, e.kind, e.when, e.queue, e.pri, e.dh, strconv.Itoa(len(e.def)/2))
 				args = append(args, e.def...)
@@ -318,27 +318,27 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 	return infoOf(jobID, id, m, exp), nil
 }
 
-// getCold returns a job that has no hash because it is cold (Config.ColdAfter), or
-// ErrNotFound.
+// getCold returns a job that has no hash because it is cold (Config.ColdAfter) or packed
+// (Config.NoPack), or ErrNotFound.
 func (s *Store) getCold(ctx context.Context, id ID, jobID string) (*Info, error) {
-	m, err := s.coldFields(ctx, id, jobID)
+	m, exp, err := s.coldFields(ctx, id, jobID)
 	if err != nil {
 		return nil, err
 	}
-	return infoOf(jobID, id, m, 0), nil
+	return infoOf(jobID, id, m, exp), nil
 }
 
-// coldFields returns the fields that cold job jobID will have as a hash (read_jobs), or
-// ErrNotFound.
-func (s *Store) coldFields(ctx context.Context, id ID, jobID string) (map[string]string, error) {
+// coldFields returns the fields that cold or packed job jobID will have as a hash
+// (read_jobs) and its expiry time (ms, -1 none), or ErrNotFound.
+func (s *Store) coldFields(ctx context.Context, id ID, jobID string) (map[string]string, int64, error) {
 	recs, err := s.ReadJobs(ctx, id, []string{jobID})
 	if err != nil {
-		return nil, fmt.Errorf("read job %q: %w", jobID, err)
+		return nil, 0, fmt.Errorf("read job %q: %w", jobID, err)
 	}
 	if len(recs) == 0 {
-		return nil, ErrNotFound
+		return nil, 0, ErrNotFound
 	}
-	return recs[0].fieldMap(), nil
+	return recs[0].fieldMap(), recs[0].ExpireAt, nil
 }
 
 // infoOf decodes a job hash m read with its PEXPIRETIME exp.
@@ -430,22 +430,27 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 	if err != nil || len(f) != 3 {
 		return nil, fmt.Errorf("runs of job %q: %v", jobID, err)
 	}
+	h, hs := str(f[1]), str(f[2])
+	var packed map[string]string
 	if f[0].IsNil() {
-		// A cold job has no runs yet.
-		if _, err := s.getCold(ctx, id, jobID); err != nil {
+		// A cold job has no runs yet; a packed one at most its first (read_jobs).
+		if packed, _, err = s.coldFields(ctx, id, jobID); err != nil {
 			return nil, err
 		}
+		h, hs = packed["h"], packed["hs"]
 	}
-	runs, err := decodeHistory(jobID, str(f[1]))
+	runs, err := decodeHistory(jobID, h)
 	if err != nil {
 		return nil, err
 	}
 	// A one-time job that succeeded on the ack's fast path names its run in 'hs' instead
 	// of adding an entry to 'h' (finish_runs): that entry is the newest.
-	if due := str(f[2]); due != "" {
-		v, err := s.c.Do(ctx, s.c.B().Hget().Key(key).Field("r"+due).Build()).ToString()
-		if err != nil {
-			return nil, fmt.Errorf("runs of job %q: run %s: %w", jobID, due, err)
+	if due := hs; due != "" {
+		v, ok := packed["r"+due]
+		if !ok {
+			if v, err = s.c.Do(ctx, s.c.B().Hget().Key(key).Field("r"+due).Build()).ToString(); err != nil {
+				return nil, fmt.Errorf("runs of job %q: run %s: %w", jobID, due, err)
+			}
 		}
 		last, err := succeededRun(due, v)
 		if err != nil {

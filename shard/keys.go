@@ -65,6 +65,9 @@ func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 // Epoch is the shard's fencing counter; it never expires. // STRING
 func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 
+// Packed is the hash of shard id's packed jobs (Config.NoPack; lua common's PACKED).
+func (k *Keys) Packed(id ID) string { return k.prefixes[id] + "jobs:packed" }
+
 // Job holds a job's definition, its state, its runs (fields 'r<due ms>') and its recent
 // history (field 'h', and 'hs' naming a one-time job's last, succeeded run). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }

@@ -75,7 +75,8 @@ func Primaries(ctx context.Context, c rueidis.Client) ([]string, map[string]ruei
 	return addrs, nodes, nil
 }
 
-// List pages through the namespace's jobs, node by node with SCAN: a job that exists
+// List pages through the namespace's jobs, the packed ones (Config.NoPack) shard by shard
+// with HSCAN, then the others node by node with SCAN: a job that exists
 // throughout the listing is returned at least once (rarely twice); one created or
 // removed meanwhile may or may not be. An invalid filter or a cursor that does not
 // decode is a *job.FieldError naming "queue", "state", "limit" or "cursor".
@@ -96,23 +97,61 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("list jobs: %w", err)
 	}
-	node, cursor := 0, uint64(0)
+	// The packed jobs first, shard by shard (see ScanAllJobs for why in this order), then
+	// the keys, node by node.
+	packed, node, cursor := 0, 0, uint64(0)
 	if f.Cursor != "" {
-		if node, cursor, err = decodeListCursor(f.Cursor, addrs); err != nil {
+		if packed, node, cursor, err = decodeListCursor(f.Cursor, addrs, s.cfg.Shards); err != nil {
 			return Page{}, err
 		}
 	}
-	match, shards := s.jobMatch(), s.shardIDs()
-	var page Page
-	for round := 0; round < scanRounds && node < len(addrs) && len(page.Jobs) < limit; round++ {
+	keep := func(infos []*Info, page *Page) {
+		for _, info := range infos {
+			if (f.Queue == "" || info.Queue == f.Queue) && (f.State == "" || info.State == f.State) {
+				page.Jobs = append(page.Jobs, info)
+			}
+		}
+	}
+	count := func(page *Page) int64 {
 		// A SCAN batch is never split (a SCAN from the same cursor need not return the
 		// same keys again), so the batch is sized to what the page still wants.
-		count := int64(min(scanCount, max(16, limit-len(page.Jobs))))
 		if f.Queue != "" || f.State != "" {
-			count = scanCount
+			return scanCount
 		}
+		return int64(min(scanCount, max(16, limit-len(page.Jobs))))
+	}
+	var page Page
+	for round := 0; round < scanRounds && packed < s.cfg.Shards && len(page.Jobs) < limit; {
+		ids, next, err := s.scanPacked(ctx, ID(packed), cursor, count(&page))
+		if err != nil {
+			return Page{}, fmt.Errorf("list jobs: %w", err)
+		}
+		if len(ids) > 0 {
+			// Shards without packed jobs cost a round trip each, not a round.
+			round++
+			recs, err := s.ReadJobs(ctx, ID(packed), ids)
+			if err != nil {
+				return Page{}, fmt.Errorf("list jobs: %w", err)
+			}
+			infos := make([]*Info, 0, len(recs))
+			for _, r := range recs {
+				infos = append(infos, infoOf(r.ID, ID(packed), r.fieldMap(), r.ExpireAt))
+			}
+			sort.Slice(infos, func(a, b int) bool { return infos[a].ID < infos[b].ID })
+			keep(infos, &page)
+		}
+		if cursor = next; cursor == 0 {
+			packed++
+		}
+	}
+	if packed < s.cfg.Shards {
+		page.Next = encodeListCursor(packed, "", cursor)
+		return page, nil
+	}
+	match, shards := s.jobMatch(), s.shardIDs()
+	for round := 0; round < scanRounds && node < len(addrs) && len(page.Jobs) < limit; round++ {
 		n := nodes[addrs[node]]
-		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(count).Build()).AsScanEntry()
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(count(&page)).Build()).AsScanEntry()
 		if err != nil {
 			return Page{}, fmt.Errorf("list jobs: scan %s: %w", addrs[node], err)
 		}
@@ -120,17 +159,13 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 		if err != nil {
 			return Page{}, err
 		}
-		for _, info := range infos {
-			if (f.Queue == "" || info.Queue == f.Queue) && (f.State == "" || info.State == f.State) {
-				page.Jobs = append(page.Jobs, info)
-			}
-		}
+		keep(infos, &page)
 		if cursor = e.Cursor; cursor == 0 {
 			node++
 		}
 	}
 	if node < len(addrs) {
-		page.Next = encodeListCursor(addrs[node], cursor)
+		page.Next = encodeListCursor(packed, addrs[node], cursor)
 	}
 	return page, nil
 }
@@ -156,26 +191,44 @@ func (s *Store) listJobs(ctx context.Context, shards map[string]ID, keys []strin
 	return out, nil
 }
 
-func encodeListCursor(addr string, cursor uint64) string {
+// A list cursor is "p|<shard>|<HSCAN cursor>" while the packed jobs are listed, then
+// "<node address>|<SCAN cursor>".
+func encodeListCursor(packed int, addr string, cursor uint64) string {
+	if addr == "" {
+		addr = "p|" + strconv.Itoa(packed)
+	}
 	return base64.RawURLEncoding.EncodeToString([]byte(addr + "|" + strconv.FormatUint(cursor, 10)))
 }
 
-func decodeListCursor(c string, addrs []string) (node int, cursor uint64, err error) {
+// decodeListCursor returns where cursor c resumes: the shard of the packed jobs (shards
+// when they are done), the node and the cursor of its HSCAN or SCAN.
+func decodeListCursor(c string, addrs []string, shards int) (packed, node int, cursor uint64, err error) {
 	bad := &job.FieldError{Field: "cursor", Msg: "not a cursor returned by this API"}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, 0, bad
+		return 0, 0, 0, bad
 	}
-	addr, cur, ok := strings.Cut(string(raw), "|")
-	if cursor, err = strconv.ParseUint(cur, 10, 64); !ok || err != nil {
-		return 0, 0, bad
+	i := strings.LastIndexByte(string(raw), '|')
+	if i < 0 {
+		return 0, 0, 0, bad
+	}
+	addr, cur := string(raw[:i]), string(raw[i+1:])
+	if cursor, err = strconv.ParseUint(cur, 10, 64); err != nil {
+		return 0, 0, 0, bad
+	}
+	if p, ok := strings.CutPrefix(addr, "p|"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n >= shards {
+			return 0, 0, 0, bad
+		}
+		return n, 0, cursor, nil
 	}
 	for i, a := range addrs {
 		if a == addr {
-			return i, cursor, nil
+			return shards, i, cursor, nil
 		}
 	}
-	return 0, 0, &job.FieldError{Field: "cursor", Msg: fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", addr)}
+	return 0, 0, 0, &job.FieldError{Field: "cursor", Msg: fmt.Sprintf("Redis node %s is no longer a primary: start the listing again", addr)}
 }
 
 // Update changes parts of a job's definition: the fields that are not nil.
@@ -209,8 +262,8 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 			return nil, fmt.Errorf("update job %q: %w", jobID, err)
 		}
 		if len(m) == 0 {
-			// A cold job: update_job thaws it first.
-			if m, err = s.coldFields(ctx, id, jobID); err != nil {
+			// A cold or packed job: update_job thaws or unpacks it first.
+			if m, _, err = s.coldFields(ctx, id, jobID); err != nil {
 				return nil, err
 			}
 		}

@@ -52,20 +52,39 @@ const (
 // ErrNotEmpty is returned by BeginRestore when the namespace holds jobs.
 var ErrNotEmpty = errors.New("namespace holds jobs")
 
-// ScanAllJobs calls fn with the ids of every job of the namespace and the shard of each:
-// it runs one SCAN over each primary, whose MATCH covers the job keys of all shards, and
-// maps the hash tag of each key back to its shard, so each key of each primary is visited
-// once however many shards the primary serves (a SCAN per shard would visit the
-// primary's keys once per shard: Redis 7.0 has no SCAN of one slot). fn is called from
-// the caller's goroutine, once per shard that a SCAN batch holds jobs of, in shard order
-// within a batch; it may keep jobIDs. Its error stops the scan and is returned. Keys of
-// the namespace whose tag names no shard of it are left out. A job that exists
-// throughout the scan is listed at least once: rarely twice, when Redis resized its
-// table meanwhile. One created or removed meanwhile may or may not be.
+// ScanAllJobs calls fn with the ids of every job of the namespace and the shard of each.
+// It first reads each shard's packed jobs (Config.NoPack) from their hash, in pieces,
+// then runs one SCAN over each primary, whose MATCH covers the job keys of all shards,
+// and maps the hash tag of each key back to its shard, so each key of each primary is
+// visited once however many shards the primary serves (a SCAN per shard would visit the
+// primary's keys once per shard: Redis 7.0 has no SCAN of one slot). In that order, a
+// job unpacked during the scan is listed: packed when its shard was read, or a job key
+// from before the SCAN began. fn is called from the caller's goroutine, once per piece
+// of a shard's packed jobs and once per shard that a SCAN batch holds jobs of, in shard
+// order; it may keep jobIDs. Its error stops the scan and is returned. Keys of the
+// namespace whose tag names no shard of it are left out. A job that exists throughout
+// the scan is listed at least once: rarely twice, when Redis resized its table meanwhile.
+// One created or removed meanwhile may or may not be.
 func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string) error) error {
 	addrs, nodes, err := Primaries(ctx, s.c)
 	if err != nil {
 		return fmt.Errorf("scan jobs: %w", err)
+	}
+	for id := range ID(s.cfg.Shards) {
+		for cursor := uint64(0); ; {
+			ids, next, err := s.scanPacked(ctx, id, cursor, snapshotScanCount)
+			if err != nil {
+				return fmt.Errorf("scan jobs: %w", err)
+			}
+			if len(ids) > 0 {
+				if err := fn(id, ids); err != nil {
+					return err
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
 	}
 	shards := s.shardIDs()
 	match := s.jobMatch()
@@ -97,6 +116,21 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 		}
 	}
 	return nil
+}
+
+// scanPacked returns the ids of a piece of shard id's packed jobs (Config.NoPack), from
+// an HSCAN of their hash, and the cursor of the next piece (0: none). A large shard's
+// packed jobs are read in pieces: all at once would hold Redis up.
+func (s *Store) scanPacked(ctx context.Context, id ID, cursor uint64, count int64) ([]string, uint64, error) {
+	e, err := s.c.Do(ctx, s.c.B().Hscan().Key(s.keys.Packed(id)).Cursor(cursor).Count(count).Build()).AsScanEntry()
+	if err != nil {
+		return nil, 0, fmt.Errorf("packed jobs of shard %d: %w", id, err)
+	}
+	ids := make([]string, 0, len(e.Elements)/2)
+	for k := 0; k+1 < len(e.Elements); k += 2 {
+		ids = append(ids, e.Elements[k])
+	}
+	return ids, e.Cursor, nil
 }
 
 // jobMatch is the SCAN pattern matching the job keys and cold job indexes (lua
@@ -143,6 +177,9 @@ func (s *Store) splitJobKey(shards map[string]ID, key string) (id ID, jobID stri
 		return 0, "", false, false
 	case strings.HasPrefix(rest, "job:") && len(rest) > len("job:"):
 		return id, rest[len("job:"):], false, true
+	case rest == "jobs:packed":
+		// Packed jobs are listed from their hash, in pieces (scanPacked).
+		return 0, "", false, false
 	case strings.HasPrefix(rest, "jobs:") && len(rest) > len("jobs:"):
 		return id, "", true, true
 	}

@@ -18,6 +18,14 @@ import (
 // DefaultColdAfter is Config.ColdAfter's default.
 const DefaultColdAfter = 10 * time.Minute
 
+// packArg is the create_jobs argument for Config.NoPack.
+func (c Config) packArg() string {
+	if c.NoPack {
+		return "0"
+	}
+	return "1"
+}
+
 // coldMs is the create_jobs argument for Config.ColdAfter (0: never), thawMs fire_due's
 // thaw time: cold jobs made before a change to a negative ColdAfter still thaw in time.
 func (c Config) coldMs() string {
@@ -47,6 +55,14 @@ type Config struct {
 	// A cold job reads, lists and exports like any other; changing it thaws it first.
 	// Default 10m, at least 1m; negative: never.
 	ColdAfter time.Duration
+	// NoPack stores every job as a job hash. By default a one-time job due when it is
+	// created (it goes straight to a ready set) is packed: one value in a hash of its
+	// shard, its run's state in another, so that the claim and the ack of many runs read
+	// and write once each, where job hashes cost a read and a write per run. Any change
+	// to it other than a claim and a successful ack unpacks it into its job hash first;
+	// reads, lists and snapshots see it as that hash. Older versions of tock do not know
+	// packed jobs: a worker of one drops a packed job's run as an orphan.
+	NoPack bool
 	// History is how many recent runs each job keeps. Default 20.
 	History int
 	// Retention is how long finished one-time jobs (completed or cancelled) are kept.

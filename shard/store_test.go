@@ -144,7 +144,8 @@ func TestFinished_ExpireAfterRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	s, m := frozen(t, now, shard.Config{Retention: time.Hour})
+	// A job hash, which Redis expires; TestPacked_ExpireAfterRetention has packed jobs.
+	s, m := frozen(t, now, shard.Config{Retention: time.Hour, NoPack: true})
 	_, err := s.Create(ctx, []*job.Job{{ID: "once", Type: "t", Schedule: job.Schedule{Now: true}}})
 	require.NoError(t, err)
 	id := s.ShardOf("once")
@@ -353,9 +354,17 @@ func TestClaimMany_PipelinesShardsAndQueues(t *testing.T) {
 }
 
 func TestPayload_StoredCompactAndReturnedWhole(t *testing.T) {
+	for _, noPack := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoPack=%v", noPack), func(t *testing.T) { testPayloadStoredCompact(t, noPack) })
+	}
+}
+
+// testPayloadStoredCompact checks payloads of every stored form, of packed jobs and of
+// job hashes.
+func testPayloadStoredCompact(t *testing.T, noPack bool) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		s := open(t, b, shard.Config{Shards: 1})
+		s := open(t, b, shard.Config{Shards: 1, NoPack: noPack})
 		sizes := []int{0, 1, 64, 65, 100, 127, 128, 129, 192, 193, 511, 512, 513, 3000}
 		var jobs []*job.Job
 		for _, n := range sizes {
@@ -393,7 +402,7 @@ func TestPayload_StoredCompactAndReturnedWhole(t *testing.T) {
 		require.Equal(t, "w", runs[0].Worker)
 		require.False(t, runs[0].Start.IsZero())
 
-		if b.Mini == nil {
+		if b.Mini == nil && noPack {
 			// Redis keeps the job of a 100-byte payload as a listpack, before and after its run.
 			c := s.Client()
 			enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(s.Keys().Job(0, "pl100")).Build()).ToString()
@@ -531,7 +540,8 @@ func TestFireDue_NextDue(t *testing.T) {
 func TestAck_OneTimeRunFields(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
+		// A job hash: packed jobs read as this hash (TestPacked_ReadsAsHashes).
+		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour, NoPack: true})
 		_, err := s.Create(ctx, []*job.Job{{ID: "ack1", Type: "t", Schedule: job.Schedule{Now: true}}})
 		require.NoError(t, err)
 		c, err := s.Claim(ctx, 0, "default", 1, "w1", "nonce")

@@ -464,10 +464,97 @@ local function cold_find(P, id)
   return nil
 end
 
--- thaw_job makes cold job id an ordinary one, so that a script may change it: a job hash
--- with its due run filed, as create_jobs would have written (its count in the stats was
--- made when it was created). Returns true when it was cold. Costs one HGET when not.
+-- Packed jobs: a one-time job created due already (it goes straight to a ready set) is
+-- kept as one value in a hash of its shard, not as a job hash, for as long as only a
+-- claim and a successful ack touch it: a claim reads the values of all its runs with one
+-- HMGET and an ack writes their states with one HSET, where a job hash costs a read and
+-- a write per run in each. Any other change (cancel, a failed attempt, a hand-back, a
+-- reaped or extended run, a create of the same id, a restore) unpacks the job into the
+-- job hash it would have had (unpack_job), and from then on it is an ordinary job.
+--   P..'jobs:packed'  HASH  id -> "cr|vt|"..cold_record (bucket start 0, age 0): the time
+--                           it was created, its visibility timeout ('' default: the claim
+--                           reads it without walking the fields) and its definition
+--   P..'runs:packed'  HASH  id -> "R|token|worker|start|queue" while its first attempt
+--                           runs, "C|token|worker|start|queue|end|expiry" once it succeeded
+--                           (times in ms); none while it is ready
+--   P..'expiry'       ZSET  expiry buckets of succeeded packed jobs; score = bucket end
+--   P..'expiry:'..b   LIST  ids of the packed jobs that expire in bucket b (fire_due
+--                           deletes them once their expiry has passed)
+local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
+
+-- packed_fields returns the job hash fields (HGETALL's form) that a packed job, stored
+-- as value v with run state run (nil or false while ready), stands for, and its expiry time (ms,
+-- -1 none); nil when it expired.
+local function packed_fields(v, run, now)
+  local cr, rec = string.match(v, '^(%d+)|%d*|(.*)$')
+  -- Packed with bucket start 0: the offset is the due time.
+  local _, dueStr, f = cold_fields(rec, 0, 1)
+  f[2], f[4], f[6], f[10] = 'ready', '0', cr, ',' .. dueStr .. ','
+  if not run then
+    return f, -1
+  end
+  local rf = 'r' .. dueStr
+  local tok, wk, start = string.match(run, '^R|([^|]*)|([^|]*)|([^|]*)|')
+  if tok then
+    f[#f + 1], f[#f + 2] = rf, 'running|1|1|' .. tok .. '|' .. wk .. '|' .. start .. '||'
+    return f, -1
+  end
+  local wk2, start2, stop, exp = string.match(run, '^C|[^|]*|([^|]*)|([^|]*)|[^|]*|(%d+)|(%d+)$')
+  if not exp or tonumber(exp) <= now then
+    return nil
+  end
+  -- As finish_runs' fast path leaves a succeeded one-time job.
+  f[2], f[10] = 'completed', ','
+  f[#f + 1], f[#f + 2] = rf, 'succeeded|1|1||' .. wk2 .. '|' .. start2 .. '|' .. stop .. '|'
+  f[#f + 1], f[#f + 2] = 'hs', dueStr
+  return f, tonumber(exp)
+end
+
+-- def_of returns the value of definition field name among the fields between defStart
+-- and defEnd of argv (create_jobs' ARGV: name, value, ...), nil when it is left out.
+local function def_of(name, argv, defStart, defEnd)
+  for k = defStart, defEnd, 2 do
+    if argv[k] == name then
+      return argv[k + 1]
+    end
+  end
+  return nil
+end
+
+-- unpack_job makes packed job id an ordinary one: the job hash it stands for, with the
+-- expiry of a succeeded one; its runs stay where they are filed (ready or inflight set).
+-- A packed job whose expiry passed is deleted. Returns true when it was packed (and has
+-- not expired). Costs one HGET when it was not.
+local function unpack_job(P, id)
+  local v = redis.call('HGET', P .. PACKED, id)
+  if not v then
+    return false
+  end
+  local run = redis.call('HGET', P .. PACKED_RUNS, id)
+  redis.call('HDEL', P .. PACKED, id)
+  if run then
+    redis.call('HDEL', P .. PACKED_RUNS, id)
+  end
+  local f, exp = packed_fields(v, run, now_ms())
+  if not f then
+    return false
+  end
+  local jobKey = P .. 'job:' .. id
+  redis.call('HSET', jobKey, unpack(f))
+  if exp > 0 then
+    redis.call('PEXPIREAT', jobKey, num(exp))
+  end
+  return true
+end
+
+-- thaw_job makes cold or packed job id an ordinary one, so that a script may change it:
+-- a job hash with its due run filed, as create_jobs would have written (its count in the
+-- stats was made when it was created). Returns true when it was cold or packed. Costs
+-- two HGETs when not.
 local function thaw_job(P, bucketsKey, bucketMs, id)
+  if unpack_job(P, id) then
+    return true
+  end
   local rec, b = cold_find(P, id)
   if not rec then
     return false

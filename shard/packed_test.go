@@ -1,0 +1,433 @@
+package shard_test
+
+import (
+	"bytes"
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
+)
+
+// packedJobs are one-time jobs due when they are created, with payloads of every stored
+// form (none, chunked, whole) holding the packed value's own separators, and non-default
+// settings.
+func packedJobs(now time.Time) []*job.Job {
+	binary := []byte("a|b=c:d\x00\xff" + strings.Repeat("|=:", 30))
+	pri := 7
+	return []*job.Job{
+		{ID: "bin", Type: "t", Payload: binary, Schedule: job.Schedule{Now: true}},
+		{ID: "none", Type: "t", Schedule: job.Schedule{Now: true}},
+		{ID: "chunks", Type: "t", Payload: bytes.Repeat([]byte("0123456789"), 30), Schedule: job.Schedule{Now: true}},
+		{ID: "whole", Type: "t", Payload: bytes.Repeat([]byte("x"), 700), Schedule: job.Schedule{At: now.Add(-time.Minute).Truncate(time.Millisecond)}},
+		{ID: "mail", Queue: "q", Type: "mail", Payload: []byte(`{"to":"a"}`), Priority: &pri,
+			Retry: job.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second}, Timeout: 5 * time.Second,
+			Visibility: 45 * time.Second, Schedule: job.Schedule{Now: true}},
+	}
+}
+
+// packedKeys counts the keys of packed storage of a one-shard store.
+func packedKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
+	t.Helper()
+	c := b.Client(t)
+	n := 0
+	for _, node := range c.Nodes() {
+		keys, err := node.Do(context.Background(), node.B().Keys().Pattern(s.Keys().Prefix(0)+"*").Build()).AsStrSlice()
+		if err != nil {
+			continue // a replica
+		}
+		for _, k := range keys {
+			rest := strings.TrimPrefix(k, s.Keys().Prefix(0))
+			if rest == "jobs:packed" || rest == "runs:packed" || strings.HasPrefix(rest, "expiry") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// twins runs the same steps on a store that packs jobs and one that keeps job hashes, and
+// checks that both read the same: Get (times within a second), Runs and the queue counts.
+type twins struct {
+	t      *testing.T
+	b      redistest.Backend
+	packed *shard.Store
+	hashed *shard.Store
+}
+
+func newTwins(t *testing.T, b redistest.Backend, cfg shard.Config) *twins {
+	cfg.Shards = 1
+	h := cfg
+	h.NoPack = true
+	return &twins{t: t, b: b, packed: open(t, b, cfg), hashed: open(t, b, h)}
+}
+
+func (w *twins) both(fn func(s *shard.Store)) {
+	fn(w.packed)
+	fn(w.hashed)
+}
+
+func (w *twins) same(ids ...string) {
+	t := w.t
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		want, err := w.hashed.Get(ctx, id)
+		require.NoError(t, err, id)
+		got, err := w.packed.Get(ctx, id)
+		require.NoError(t, err, id)
+		require.WithinDuration(t, want.CreatedAt, got.CreatedAt, time.Second, id)
+		require.WithinDuration(t, want.NextRunAt, got.NextRunAt, time.Second, id)
+		require.WithinDuration(t, want.Expires, got.Expires, time.Second, id)
+		require.Equal(t, want.NextRunAt.IsZero(), got.NextRunAt.IsZero(), id)
+		require.Equal(t, want.Expires.IsZero(), got.Expires.IsZero(), id)
+		got.CreatedAt, got.NextRunAt, got.Expires = want.CreatedAt, want.NextRunAt, want.Expires
+		require.Equal(t, want, got, id)
+
+		wantRuns, err := w.hashed.Runs(ctx, id)
+		require.NoError(t, err, id)
+		gotRuns, err := w.packed.Runs(ctx, id)
+		require.NoError(t, err, id)
+		require.Len(t, gotRuns, len(wantRuns), id)
+		for k := range wantRuns {
+			g, r := gotRuns[k], wantRuns[k]
+			for _, p := range [][2]*time.Time{{&g.Due, &r.Due}, {&g.Start, &r.Start}, {&g.End, &r.End}} {
+				require.WithinDuration(t, *p[1], *p[0], time.Second, id)
+				require.Equal(t, p[1].IsZero(), p[0].IsZero(), id)
+				*p[0] = *p[1]
+			}
+			require.Equal(t, r, g, id)
+		}
+	}
+	require.Equal(t, queueStats(t, w.hashed), queueStats(t, w.packed))
+	shardtest.CheckCounts(t, w.packed)
+}
+
+// claimAll claims every ready run of both stores, by job id.
+func (w *twins) claimAll() (packed, hashed map[string]shard.Claimed) {
+	t := w.t
+	t.Helper()
+	get := func(s *shard.Store) map[string]shard.Claimed {
+		out := map[string]shard.Claimed{}
+		for _, q := range []string{"default", "q"} {
+			c, err := s.Claim(context.Background(), 0, q, 100, "w", "n")
+			require.NoError(t, err)
+			for _, r := range c {
+				out[r.JobID] = r
+			}
+		}
+		return out
+	}
+	return get(w.packed), get(w.hashed)
+}
+
+// A job due when it is created is packed, with no job hash, and reads, lists and exports
+// as the same job kept as a hash does, before its run, while it runs and after it
+// succeeded; its claim carries the same definition and token.
+func TestPacked_ReadsAsHashes(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		w := newTwins(t, b, shard.Config{Retention: time.Hour})
+		now, err := w.packed.ServerNow(ctx)
+		require.NoError(t, err)
+		jobs := packedJobs(now)
+		w.both(func(s *shard.Store) {
+			res, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+			for _, r := range res {
+				require.NoError(t, r.Err)
+				require.True(t, r.Created, r.ID)
+				require.Equal(t, job.StateReady, r.State, r.ID)
+			}
+		})
+		var ids []string
+		for _, j := range jobs {
+			require.False(t, jobExists(t, b, w.packed, j.ID), "%s is packed", j.ID)
+			require.True(t, jobExists(t, b, w.hashed, j.ID), j.ID)
+			ids = append(ids, j.ID)
+		}
+		sort.Strings(ids)
+		require.Positive(t, packedKeys(t, b, w.packed))
+		w.same(ids...)
+		_, err = w.packed.Get(ctx, "nope")
+		require.ErrorIs(t, err, shard.ErrNotFound)
+
+		// List, in pages of one, and the snapshot scan see every job once.
+		var listed []string
+		for f := (shard.ListFilter{Limit: 1}); ; {
+			page, err := w.packed.List(ctx, f)
+			require.NoError(t, err)
+			for _, info := range page.Jobs {
+				require.Equal(t, job.StateReady, info.State)
+				listed = append(listed, info.ID)
+			}
+			if page.Next == "" {
+				break
+			}
+			f.Cursor = page.Next
+		}
+		sort.Strings(listed)
+		require.Equal(t, ids, listed)
+		var scanned []string
+		require.NoError(t, w.packed.ScanAllJobs(ctx, func(_ shard.ID, jobIDs []string) error {
+			scanned = append(scanned, jobIDs...)
+			return nil
+		}))
+		sort.Strings(scanned)
+		require.Equal(t, ids, scanned)
+
+		// Creating again with the same definition finds the job (and unpacks it); with
+		// another, conflicts.
+		res, err := w.packed.Create(ctx, packedJobs(now)[:1])
+		require.NoError(t, err)
+		require.False(t, res[0].Created)
+		require.False(t, res[0].Conflict)
+		require.Equal(t, job.StateReady, res[0].State)
+		other := packedJobs(now)[1]
+		other.Payload = []byte("changed")
+		res, err = w.packed.Create(ctx, []*job.Job{other})
+		require.NoError(t, err)
+		require.True(t, res[0].Conflict)
+		w.same(ids...)
+
+		// Claimed: the same definitions and tokens; running alike.
+		pc, hc := w.claimAll()
+		require.Len(t, pc, len(jobs))
+		for _, j := range jobs {
+			p, h := pc[j.ID], hc[j.ID]
+			require.Equal(t, string(j.Payload), string(p.Payload), j.ID)
+			require.NotNil(t, p.Payload, j.ID)
+			require.WithinDuration(t, h.Due, p.Due, time.Second, j.ID)
+			require.WithinDuration(t, h.ClaimedAt, p.ClaimedAt, time.Second, j.ID)
+			require.WithinDuration(t, h.StartAt, p.StartAt, time.Second, j.ID)
+			p.Member, p.Due, p.ClaimedAt, p.StartAt = h.Member, h.Due, h.ClaimedAt, h.StartAt
+			require.Equal(t, h, p, j.ID)
+		}
+		w.same(ids...)
+
+		// Succeeded: completed alike, with the same expiry and history.
+		w.both(func(s *shard.Store) {
+			c := pc
+			if s == w.hashed {
+				c = hc
+			}
+			var fin []shard.Finish
+			for _, r := range c {
+				fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+			}
+			errs, err := s.FinishRuns(ctx, 0, fin)
+			require.NoError(t, err)
+			for _, e := range errs {
+				require.NoError(t, e)
+			}
+			// A second ack of the same run is refused.
+			errs, err = s.FinishRuns(ctx, 0, fin[:1])
+			require.NoError(t, err)
+			require.ErrorIs(t, errs[0], shard.ErrTokenMismatch)
+		})
+		w.same(ids...)
+		for _, j := range jobs {
+			// Those created again were unpacked then.
+			unpacked := j.ID == "bin" || j.ID == "none"
+			require.Equal(t, unpacked, jobExists(t, b, w.packed, j.ID), j.ID)
+		}
+		info, err := w.packed.Get(ctx, "bin")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCompleted, info.State)
+		require.WithinDuration(t, now.Add(time.Hour), info.Expires, 5*time.Second)
+	})
+}
+
+// Every end of a packed job's run other than a success, a cancel, a heartbeat and a late
+// ack unpack the job first and then behave as they do on a job hash.
+func TestPacked_OtherEndsUnpack(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		w := newTwins(t, b, shard.Config{Retention: time.Hour})
+		ids := []string{"back", "cancel-ready", "cancel-running", "extend", "fail", "snooze", "stale"}
+		w.both(func(s *shard.Store) {
+			var jobs []*job.Job
+			for _, id := range ids {
+				jobs = append(jobs, &job.Job{ID: id, Type: "t", Payload: []byte("p-" + id), Schedule: job.Schedule{Now: true}})
+			}
+			_, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+			st, changed, err := s.Cancel(ctx, "cancel-ready")
+			require.NoError(t, err)
+			require.True(t, changed)
+			require.Equal(t, job.StateCancelled, st)
+		})
+		require.True(t, jobExists(t, b, w.packed, "cancel-ready"), "unpacked by the cancel")
+		w.same(ids...)
+
+		pc, hc := w.claimAll()
+		require.Len(t, pc, len(ids)-1, "the cancelled job's run left the ready set")
+		w.both(func(s *shard.Store) {
+			c := pc
+			if s == w.hashed {
+				c = hc
+			}
+			_, _, err := s.Cancel(ctx, "cancel-running")
+			require.NoError(t, err)
+			res, err := s.Extend(ctx, 0, []shard.Held{{Member: c["extend"].Member, Token: c["extend"].Token}})
+			require.NoError(t, err)
+			require.Equal(t, []int{shard.ExtendOK}, res)
+			errs, err := s.FinishRuns(ctx, 0, []shard.Finish{
+				{Member: c["back"].Member, Token: c["back"].Token, Outcome: shard.HandBack},
+				{Member: c["cancel-running"].Member, Token: c["cancel-running"].Token, Outcome: shard.Succeeded},
+				{Member: c["extend"].Member, Token: c["extend"].Token, Outcome: shard.Succeeded},
+				{Member: c["fail"].Member, Token: c["fail"].Token, Outcome: shard.Failed, Error: "boom"},
+				{Member: c["snooze"].Member, Token: c["snooze"].Token, Outcome: shard.Snoozed, Delay: time.Minute},
+				{Member: c["stale"].Member, Token: "9-other", Outcome: shard.Succeeded},
+			})
+			require.NoError(t, err)
+			require.Equal(t, []error{nil, nil, nil, nil, nil, shard.ErrTokenMismatch}, errs)
+		})
+		for _, id := range []string{"back", "cancel-running", "extend", "fail", "snooze"} {
+			require.True(t, jobExists(t, b, w.packed, id), "%s unpacked", id)
+		}
+		require.False(t, jobExists(t, b, w.packed, "stale"), "a late ack leaves the job packed")
+		w.same(ids...)
+
+		// The handed-back run is claimed again, its attempt not used.
+		pc, hc = w.claimAll()
+		require.Len(t, pc, 1)
+		require.Equal(t, hc["back"].Attempt, pc["back"].Attempt)
+		require.Equal(t, 1, pc["back"].Attempt)
+		w.same(ids...)
+	})
+}
+
+// A packed job's run whose worker is lost is reaped as a job hash's is: unpacked, retried.
+func TestPacked_ReapedRunRetries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	var stores []*shard.Store
+	var runs []shard.Claimed
+	for _, noPack := range []bool{false, true} {
+		s, m := frozen(t, now, shard.Config{Shards: 1, NoPack: noPack})
+		_, err := s.Create(ctx, []*job.Job{{ID: "lost", Type: "t", Schedule: job.Schedule{Now: true}}})
+		require.NoError(t, err)
+		c, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, 24*time.Hour)[0]
+		require.True(t, lease.Held)
+		m.SetTime(now.Add(job.DefaultVisibility - time.Millisecond))
+		n, err := s.Reap(ctx, lease.Lease, 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "not before its deadline")
+		m.SetTime(now.Add(job.DefaultVisibility))
+		n, err = s.Reap(ctx, lease.Lease, 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		stores, runs = append(stores, s), append(runs, c[0])
+	}
+	for i, s := range stores {
+		info, err := s.Get(ctx, "lost")
+		require.NoError(t, err)
+		require.Equal(t, job.StateRetrying, info.State, "NoPack=%v", i == 1)
+		r, err := s.Runs(ctx, "lost")
+		require.NoError(t, err)
+		require.Len(t, r, 1)
+		require.Equal(t, job.OutcomeLost, r[0].Outcome)
+		require.Equal(t, "w", r[0].Worker)
+		// The lost worker's late ack is refused.
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: runs[i].Member, Token: runs[i].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], shard.ErrTokenMismatch)
+	}
+}
+
+// On the Redis clock, a succeeded packed job reads as gone once its retention has passed,
+// and the dispatcher deletes it at the end of its expiry bucket, then leaves nothing
+// behind.
+func TestPacked_ExpireAfterRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	s, m := frozen(t, now, shard.Config{Shards: 1, Retention: time.Hour})
+	var jobs []*job.Job
+	for _, id := range []string{"a", "b", "c"} {
+		jobs = append(jobs, &job.Job{ID: id, Type: "t", Schedule: job.Schedule{Now: true}})
+	}
+	_, err := s.Create(ctx, jobs)
+	require.NoError(t, err)
+	c, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+	require.NoError(t, err)
+	require.Len(t, c, 3)
+	var fin []shard.Finish
+	for _, r := range c {
+		fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+	}
+	_, err = s.FinishRuns(ctx, 0, fin)
+	require.NoError(t, err)
+	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, 24*time.Hour)[0]
+	require.True(t, lease.Held)
+	d, err := s.FireDue(ctx, lease.Lease, 100, 0)
+	require.NoError(t, err)
+	// The expiry bucket of now + 1h ends at the next minute after it.
+	end := now.Add(time.Hour).Truncate(time.Minute).Add(time.Minute)
+	require.Equal(t, end.UnixMilli(), d.NextDue, "come back when the expiry bucket ends")
+
+	m.SetTime(now.Add(time.Hour - time.Millisecond))
+	info, err := s.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, job.StateCompleted, info.State)
+	require.Equal(t, now.Add(time.Hour), info.Expires.UTC())
+
+	m.SetTime(now.Add(time.Hour))
+	_, err = s.Get(ctx, "a")
+	require.ErrorIs(t, err, shard.ErrNotFound, "gone once expired, before the dispatcher deletes it")
+	_, err = s.Runs(ctx, "a")
+	require.ErrorIs(t, err, shard.ErrNotFound)
+	page, err := s.List(ctx, shard.ListFilter{})
+	require.NoError(t, err)
+	require.Empty(t, page.Jobs)
+	// A create of an expired id makes a new job.
+	res, err := s.Create(ctx, jobs[2:])
+	require.NoError(t, err)
+	require.True(t, res[0].Created)
+
+	m.SetTime(end)
+	d, err = s.FireDue(ctx, lease.Lease, 100, 0)
+	require.NoError(t, err)
+	require.Equal(t, end.UnixMilli(), d.NextDue, "called again at once after deleting")
+	d, err = s.FireDue(ctx, lease.Lease, 100, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), d.NextDue)
+	require.ElementsMatch(t, []string{s.Keys().Meta(), s.Keys().Stats(0), s.Keys().Lease(0), s.Keys().Epoch(0),
+		s.Keys().Ready(0, "default"), s.Keys().Packed(0)}, m.Keys(), "only the new job c is left")
+	info, err = s.Get(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, job.StateReady, info.State)
+}
+
+// A worker that packs no jobs (NoPack) still claims and acks the packed jobs of others.
+func TestPacked_ReadByAStoreThatDoesNotPack(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		other := reopen(t, b, shard.Config{Namespace: s.Config().Namespace, Shards: 1, NoPack: true})
+		_, err := s.Create(ctx, []*job.Job{{ID: "p", Type: "t", Payload: []byte("x"), Schedule: job.Schedule{Now: true}}})
+		require.NoError(t, err)
+		c, err := other.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		require.Equal(t, "x", string(c[0].Payload))
+		errs, err := other.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		info, err := other.Get(ctx, "p")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCompleted, info.State)
+	})
+}
