@@ -6,7 +6,7 @@
 -- ARGV[3] n        count   jobs that follow
 -- ARGV[4] cold     ms      a one-time job due more than this after now is stored cold
 --                          (packed; see common's cold_record), 0 never
--- ARGV[5] pack     '1' | '0'  whether a one-time job due already is stored packed
+-- ARGV[5] pack     '1' | '0'  whether a one-time job (not cold) is stored packed
 --                          (common's PACKED) rather than as a job hash
 -- then per job:
 --   id       string  job id (the idempotency key)
@@ -65,8 +65,9 @@ local lastLo, lastHi, lastB
 -- due, dh }, as the HMGET of an existing job): an id given twice in a call is found by the second,
 -- before the records are written.
 local packAdds, packBuckets, newCold = {}, {}, {}
--- Packed jobs of this call: id, value, ... (common's PACKED).
-local packed = {}
+-- Packed jobs of this call: id, value, ...; and the states of those due already (common's
+-- PACKED).
+local packed, packedRuns = {}, {}
 -- Whether the shard may hold cold jobs, which an id must then be looked up among; and
 -- which ids are packed jobs already, looked up at once.
 local anyCold = redis.call('EXISTS', P .. 'cold') == 1
@@ -119,13 +120,6 @@ for _ = 1, n do
         redis.call('HSET', cold_index(P, id), id, lastB)
         newCold[id] = { 'scheduled', due, dh }
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'scheduled', due, dh
-      elseif not scheduled and pack then
-        -- Due already: its run goes straight to the ready set, the job packed.
-        new_run(id, dueStr, q, pri)
-        local k = #packed
-        packed[k + 1], packed[k + 2] = id, nowStr .. '|' .. (def_of('vt', ARGV, defStart, defEnd) or '') .. '|' .. cold_record(id, due, dueStr, 0, due, dh, ARGV, defStart, defEnd)
-        newCold[id] = { 'ready', 0, dh }
-        results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'ready', 0, dh
       elseif not scheduled then
         -- Due already: its run goes straight to the ready set.
         state, next, nextStr, rl = 'ready', 0, '0', ',' .. dueStr .. ','
@@ -140,7 +134,17 @@ for _ = 1, n do
           wake = due
         end
       end
-      if state then
+      if state and pack and kind ~= 'cron' then
+        -- A one-time job is packed (common's PACKED), its run filed as a job hash's is.
+        local k = #packed
+        packed[k + 1], packed[k + 2] = id, nowStr .. '|' .. (def_of('vt', ARGV, defStart, defEnd) or '') .. '|' .. q .. '|' .. pri .. '|' ..
+          cold_record(id, due, dueStr, 0, due, dh, ARGV, defStart, defEnd)
+        if state == 'ready' then
+          packedRuns[#packedRuns + 1], packedRuns[#packedRuns + 2] = id, 'F'
+        end
+        newCold[id] = { state, next, dh }
+        results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
+      elseif state then
         if ndef > 0 then
           redis.call('HSET', jobKey, 'st', state, 'nx', nextStr, 'cr', nowStr, 'dh', dh, 'rl', rl, unpack(ARGV, defStart, defEnd))
         else
@@ -171,6 +175,9 @@ end
 
 for k = 1, #packed, 6000 do
   redis.call('HSET', P .. PACKED, unpack(packed, k, math.min(k + 5999, #packed)))
+end
+for k = 1, #packedRuns, 6000 do
+  redis.call('HSET', P .. PACKED_RUNS, unpack(packedRuns, k, math.min(k + 5999, #packedRuns)))
 end
 
 local readied = flush_ready(P)

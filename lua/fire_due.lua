@@ -125,6 +125,8 @@ if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
 end
 local cron = {}
 local count, fired = 0, 0
+local anyPacked = redis.call('EXISTS', P .. PACKED) == 1
+local firedPacked = {}
 
 -- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
 local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', horizonStr, 'LIMIT', '0', '64')
@@ -137,41 +139,63 @@ for _, b in ipairs(buckets) do
   -- Without scores: Redis formats each score with printf, and only cron entries need it.
   local dueKey = P .. 'due:' .. b
   local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', horizonStr, 'LIMIT', '0', count == 0 and ARGV[4] or num(limit - count))
-  for _, member in ipairs(due) do
+  -- The packed jobs among them (common's PACKED), read at once.
+  local packed = {}
+  if anyPacked and #due > 0 then
+    local ids = {}
+    for k, member in ipairs(due) do
+      ids[k] = string.match(member, '^([^:]*)')
+    end
+    packed = redis.call('HMGET', P .. PACKED, unpack(ids))
+  end
+  for k, member in ipairs(due) do
     count = count + 1
     local id, d = split_run(member)
-    local jobKey = P .. 'job:' .. id
-    -- The fields every entry needs; a retry's run and a cron job's plan are read when met.
-    local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk')
-    local st, rl, q, pri = j[1], j[2], j[3], j[4]
-    local once = field(j[5], 'at') == 'at'
-    if not st then
-      -- The job is gone.
-      unfile_later(b, member, UNKNOWN_Q)
-    elseif rl_has(rl, d) then
-      -- A retry (or snoozed run) whose time has come.
-      unfile_later(b, member, q)
-      if fire_retry(jobKey, member, d, q, pri, st, once, redis.call('HGET', jobKey, 'r' .. d)) then
-        fired = fired + 1
-      end
-    elseif final(st) or st == 'paused' then
-      unfile_later(b, member, q)
-    elseif once then
+    local pv = packed[k]
+    if pv then
+      -- A packed job's first run: ready, with its state written with the others'.
+      local q, pri = string.match(pv, '^%d+|%d*|([^|]*)|(%d*)|')
       unfile_later(b, member, q)
       add_ready(q, pri, d, member)
       fired = fired + 1
-      redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', rl_add(rl, d))
+      firedPacked[#firedPacked + 1], firedPacked[#firedPacked + 2] = id, 'F'
     else
-      local c = redis.call('HMGET', jobKey, 'sc', 'tz', 'ver', 'mf', 'mt')
-      table.insert(cron, member)
-      table.insert(cron, tonumber(redis.call('ZSCORE', dueKey, member)))
-      table.insert(cron, c[1])
-      table.insert(cron, field(c[2], ''))
-      table.insert(cron, field(c[3], ''))
-      table.insert(cron, field(c[4], 'run_once'))
-      table.insert(cron, field(c[5], '60000'))
+      local jobKey = P .. 'job:' .. id
+      -- The fields every entry needs; a retry's run and a cron job's plan are read when met.
+      local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk')
+      local st, rl, q, pri = j[1], j[2], j[3], j[4]
+      local once = field(j[5], 'at') == 'at'
+      if not st then
+        -- The job is gone.
+        unfile_later(b, member, UNKNOWN_Q)
+      elseif rl_has(rl, d) then
+        -- A retry (or snoozed run) whose time has come.
+        unfile_later(b, member, q)
+        if fire_retry(jobKey, member, d, q, pri, st, once, redis.call('HGET', jobKey, 'r' .. d)) then
+          fired = fired + 1
+        end
+      elseif final(st) or st == 'paused' then
+        unfile_later(b, member, q)
+      elseif once then
+        unfile_later(b, member, q)
+        add_ready(q, pri, d, member)
+        fired = fired + 1
+        redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', rl_add(rl, d))
+      else
+        local c = redis.call('HMGET', jobKey, 'sc', 'tz', 'ver', 'mf', 'mt')
+        table.insert(cron, member)
+        table.insert(cron, tonumber(redis.call('ZSCORE', dueKey, member)))
+        table.insert(cron, c[1])
+        table.insert(cron, field(c[2], ''))
+        table.insert(cron, field(c[3], ''))
+        table.insert(cron, field(c[4], 'run_once'))
+        table.insert(cron, field(c[5], '60000'))
+      end
     end
   end
+end
+if #firedPacked > 0 then
+  redis.call('HSET', P .. PACKED_RUNS, unpack(firedPacked))
 end
 
 -- The earliest entry after the horizon: such entries are only in the bucket that holds the

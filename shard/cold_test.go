@@ -77,8 +77,8 @@ func jobExists(t *testing.T, b redistest.Backend, s *shard.Store, jobID string) 
 func TestCold_ReadsAsHotAndThaws(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		s := open(t, b, shard.Config{Shards: 1, ColdAfter: time.Minute})
-		hot := open(t, b, shard.Config{Shards: 1, ColdAfter: -1})
+		s := open(t, b, shard.Config{Shards: 1, ColdAfter: time.Minute, NoPack: true})
+		hot := open(t, b, shard.Config{Shards: 1, ColdAfter: -1, NoPack: true})
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
 		jobs := append(coldJobs(now), &job.Job{ID: "soon", Type: "t", Schedule: job.Schedule{Delay: 30 * time.Second}})

@@ -226,10 +226,14 @@ func TestDurability_ReplicaSet(t *testing.T) {
 	rs := redistest.StartReplicaSet(t, 1)
 	ctx := context.Background()
 	replica := rs.Replica(0).Client(t)
+	// onReplica reports whether the replica holds the job: its hash, or packed.
 	onReplica := func(s *shard.Store, jobID string) bool {
-		n, err := replica.Do(ctx, replica.B().Exists().Key(s.Keys().Job(s.ShardOf(jobID), jobID)).Build()).AsInt64()
+		id := s.ShardOf(jobID)
+		n, err := replica.Do(ctx, replica.B().Exists().Key(s.Keys().Job(id, jobID)).Build()).AsInt64()
 		require.NoError(t, err)
-		return n == 1
+		p, err := replica.Do(ctx, replica.B().Hexists().Key(s.Keys().Packed(id)).Field(jobID).Build()).AsInt64()
+		require.NoError(t, err)
+		return n+p == 1
 	}
 
 	t.Run("Confirmed", func(t *testing.T) {
@@ -510,9 +514,9 @@ func TestDurability_ClusterSlotMovedIsWaitedForOnTheNewMaster(t *testing.T) {
 	requireNotReplicated(t, err, 1, 0)
 	require.True(t, res[0].Created)
 	requireNotReplicated(t, res[0].Err, 1, 0)
-	n, err := do(to, "EXISTS", s.Keys().Job(id, moved)).AsInt64()
+	n, err := do(to, "HEXISTS", s.Keys().Packed(id), moved).AsInt64()
 	require.NoError(t, err)
-	require.Equal(t, int64(1), n, "the job is on the new master")
+	require.Equal(t, int64(1), n, "the job (packed) is on the new master")
 
 	// The same for a queue pause (not a script), after the client's map was refreshed.
 	move(pausedSlot)

@@ -245,6 +245,79 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 	})
 }
 
+// A packed job due later is fired by the dispatcher (ahead of its due time, with a lead)
+// as a job hash's is, and reads the same while scheduled, ready, running and done.
+func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		w := newTwins(t, b, shard.Config{Retention: time.Hour})
+		now, err := w.packed.ServerNow(ctx)
+		require.NoError(t, err)
+		at := now.Add(30 * time.Second).Truncate(time.Millisecond)
+		pri := 3
+		jobs := []*job.Job{
+			{ID: "s1", Type: "t", Payload: []byte("one"), Schedule: job.Schedule{At: at}},
+			{ID: "s2", Queue: "q", Type: "t", Priority: &pri, Visibility: 45 * time.Second, Schedule: job.Schedule{At: at.Add(time.Second)}},
+			{ID: "s3", Type: "t", Payload: bytes.Repeat([]byte("z"), 200), Schedule: job.Schedule{At: at.Add(2 * time.Second)}},
+			{ID: "paused", Type: "t", Schedule: job.Schedule{At: at}},
+		}
+		ids := []string{"paused", "s1", "s2", "s3"}
+		leases := map[*shard.Store]shard.Lease{}
+		w.both(func(s *shard.Store) {
+			res, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+			for _, r := range res {
+				require.True(t, r.Created, r.ID)
+				require.Equal(t, job.StateScheduled, r.State, r.ID)
+			}
+			_, _, err = s.Pause(ctx, "paused")
+			require.NoError(t, err)
+			l := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
+			require.True(t, l.Held)
+			leases[s] = l.Lease
+		})
+		require.False(t, jobExists(t, b, w.packed, "s1"), "packed")
+		require.True(t, jobExists(t, b, w.packed, "paused"), "unpacked by the pause")
+		w.same(ids...)
+
+		// Fired a minute ahead: all but the paused one, alike.
+		w.both(func(s *shard.Store) {
+			d, err := s.FireDue(ctx, leases[s], 100, time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, 3, d.Fired)
+		})
+		require.False(t, jobExists(t, b, w.packed, "s1"), "still packed")
+		w.same(ids...)
+
+		pc, hc := w.claimAll()
+		require.Len(t, pc, 3)
+		for _, id := range ids[1:] {
+			p, h := pc[id], hc[id]
+			require.Equal(t, h.Due, p.Due, id)
+			require.Equal(t, p.Due, p.StartAt, "%s starts at its due time", id)
+			require.WithinDuration(t, h.ClaimedAt, p.ClaimedAt, time.Second, id)
+			p.ClaimedAt = h.ClaimedAt
+			require.Equal(t, h, p, id)
+		}
+		w.same(ids...)
+
+		w.both(func(s *shard.Store) {
+			c := pc
+			if s == w.hashed {
+				c = hc
+			}
+			var fin []shard.Finish
+			for _, id := range ids[1:] {
+				fin = append(fin, shard.Finish{Member: c[id].Member, Token: c[id].Token, Outcome: shard.Succeeded})
+			}
+			errs, err := s.FinishRuns(ctx, 0, fin)
+			require.NoError(t, err)
+			require.Equal(t, []error{nil, nil, nil}, errs)
+		})
+		w.same(ids...)
+	})
+}
+
 // Every end of a packed job's run other than a success, a cancel, a heartbeat and a late
 // ack unpack the job first and then behave as they do on a job hash.
 func TestPacked_OtherEndsUnpack(t *testing.T) {
@@ -405,7 +478,7 @@ func TestPacked_ExpireAfterRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(-1), d.NextDue)
 	require.ElementsMatch(t, []string{s.Keys().Meta(), s.Keys().Stats(0), s.Keys().Lease(0), s.Keys().Epoch(0),
-		s.Keys().Ready(0, "default"), s.Keys().Packed(0)}, m.Keys(), "only the new job c is left")
+		s.Keys().Ready(0, "default"), s.Keys().Packed(0), s.Keys().Prefix(0) + "runs:packed"}, m.Keys(), "only the new job c is left")
 	info, err = s.Get(ctx, "c")
 	require.NoError(t, err)
 	require.Equal(t, job.StateReady, info.State)

@@ -698,7 +698,7 @@ func TestFireDue_LeadFiresAhead(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		// Hot jobs only: a cold one's next due time is when its bucket thaws.
-		s := open(t, b, shard.Config{Shards: 1, ColdAfter: -1})
+		s := open(t, b, shard.Config{Shards: 1, ColdAfter: -1, NoPack: true})
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
 		dueA, dueB := now.Add(time.Hour).Truncate(time.Millisecond), now.Add(3*time.Hour).Truncate(time.Millisecond)

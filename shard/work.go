@@ -146,12 +146,12 @@ func (c *Claimed) parseRest(rest string) error {
 }
 
 // parsePacked reads the type, payload and settings of a packed job's value (lua common's
-// PACKED): "created|visibility|id|offset|age|dh|k" then name=length:value per definition field that
+// PACKED): "created|visibility|queue|priority|id|offset|age|dh|k" then name=length:value per definition field that
 // differs from its default, the payload last and whole. A setting left out keeps its
 // default.
 func (c *Claimed) parsePacked(v string) error {
 	rest := v
-	for range 6 {
+	for range 8 {
 		i := strings.IndexByte(rest, '|')
 		if i < 0 {
 			return errors.New("short header")

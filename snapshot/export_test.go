@@ -23,7 +23,8 @@ func TestExport_ScansEachKeyOnce(t *testing.T) {
 	b := redistest.ServerBackend(t)
 	ctx := ctxT(t)
 	c := b.Client(t)
-	st := open(t, b, c, shard.Config{Shards: shards})
+	// Job hashes, one key each (packed jobs are read from one hash per shard).
+	st := open(t, b, c, shard.Config{Shards: shards, NoPack: true})
 	batch := make([]*job.Job, 0, 1000)
 	for i := 0; i < jobs; i += cap(batch) {
 		batch = batch[:0]

@@ -464,33 +464,40 @@ local function cold_find(P, id)
   return nil
 end
 
--- Packed jobs: a one-time job created due already (it goes straight to a ready set) is
--- kept as one value in a hash of its shard, not as a job hash, for as long as only a
--- claim and a successful ack touch it: a claim reads the values of all its runs with one
--- HMGET and an ack writes their states with one HSET, where a job hash costs a read and
--- a write per run in each. Any other change (cancel, a failed attempt, a hand-back, a
--- reaped or extended run, a create of the same id, a restore) unpacks the job into the
--- job hash it would have had (unpack_job), and from then on it is an ordinary job.
---   P..'jobs:packed'  HASH  id -> "cr|vt|"..cold_record (bucket start 0, age 0): the time
---                           it was created, its visibility timeout ('' default: the claim
---                           reads it without walking the fields) and its definition
---   P..'runs:packed'  HASH  id -> "R|token|worker|start|queue" while its first attempt
---                           runs, "C|token|worker|start|queue|end|expiry" once it succeeded
---                           (times in ms); none while it is ready
+-- Packed jobs: a one-time job that is not cold is kept as one value in a hash of its
+-- shard, not as a job hash, for as long as only a fire, a claim and a successful ack
+-- touch it: each reads the values of all the runs of its call with one HMGET and writes
+-- their states with one HSET, where job hashes cost a read and a write per run. Any
+-- other change (cancel, pause, update, trigger, a failed attempt, a hand-back, a reaped
+-- or extended run, a create of the same id, a restore) unpacks the job into the job hash
+-- it stands for (unpack_job), and from then on it is an ordinary job. Its run is filed
+-- in the due buckets and sets as a job hash's is.
+--   P..'jobs:packed'  HASH  id -> "cr|vt|q|pr|"..cold_record (bucket start 0, age 0): the
+--                           time it was created, its visibility timeout ('' default), queue
+--                           and priority (read without walking the fields), and its
+--                           definition
+--   P..'runs:packed'  HASH  id -> its run's state: none while it is scheduled, "F" once it
+--                           is ready, "R|token|worker|start|queue" while its first attempt
+--                           runs, "C|token|worker|start|queue|end|expiry" once it
+--                           succeeded (times in ms)
 --   P..'expiry'       ZSET  expiry buckets of succeeded packed jobs; score = bucket end
 --   P..'expiry:'..b   LIST  ids of the packed jobs that expire in bucket b (fire_due
 --                           deletes them once their expiry has passed)
 local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
 
 -- packed_fields returns the job hash fields (HGETALL's form) that a packed job, stored
--- as value v with run state run (nil or false while ready), stands for, and its expiry time (ms,
+-- as value v with run state run (nil or false while scheduled), stands for, and its expiry time (ms,
 -- -1 none); nil when it expired.
 local function packed_fields(v, run, now)
-  local cr, rec = string.match(v, '^(%d+)|%d*|(.*)$')
-  -- Packed with bucket start 0: the offset is the due time.
+  local cr, rec = string.match(v, '^(%d+)|%d*|[^|]*|%d*|(.*)$')
+  -- Packed with bucket start 0: the offset is the due time. Scheduled as read.
   local _, dueStr, f = cold_fields(rec, 0, 1)
-  f[2], f[4], f[6], f[10] = 'ready', '0', cr, ',' .. dueStr .. ','
+  f[6] = cr
   if not run then
+    return f, -1
+  end
+  f[2], f[4], f[10] = 'ready', '0', ',' .. dueStr .. ','
+  if run == 'F' then
     return f, -1
   end
   local rf = 'r' .. dueStr
@@ -522,7 +529,8 @@ local function def_of(name, argv, defStart, defEnd)
 end
 
 -- unpack_job makes packed job id an ordinary one: the job hash it stands for, with the
--- expiry of a succeeded one; its runs stay where they are filed (ready or inflight set).
+-- expiry of a succeeded one; its run stays where it is filed (due bucket, ready or
+-- inflight set).
 -- A packed job whose expiry passed is deleted. Returns true when it was packed (and has
 -- not expired). Costs one HGET when it was not.
 local function unpack_job(P, id)
