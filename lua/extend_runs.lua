@@ -25,7 +25,7 @@ for k = 1, n do
 end
 if n > 0 then
   for k, run in ipairs(redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))) do
-    if run then
+    if run and string.sub(run, 1, 2) == 'R|' then
       unpack_job(P, ids[k])
     end
   end

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -502,5 +503,28 @@ func TestPacked_ReadByAStoreThatDoesNotPack(t *testing.T) {
 		info, err := other.Get(ctx, "p")
 		require.NoError(t, err)
 		require.Equal(t, job.StateCompleted, info.State)
+	})
+}
+
+// A claim takes at most MaxClaim runs, however many it asks for: more would pass a Redis
+// command more arguments than a script can.
+func TestClaim_AtMostMaxClaim(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		var jobs []*job.Job
+		for i := range shard.MaxClaim + 500 {
+			jobs = append(jobs, &job.Job{ID: "m" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{Now: true}})
+		}
+		for k := 0; k < len(jobs); k += 500 {
+			_, err := s.Create(ctx, jobs[k:k+500])
+			require.NoError(t, err)
+		}
+		c, err := s.Claim(ctx, 0, "default", 10*shard.MaxClaim, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, shard.MaxClaim)
+		c, err = s.Claim(ctx, 0, "default", 10*shard.MaxClaim, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 500)
 	})
 }

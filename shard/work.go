@@ -40,7 +40,11 @@ func (s *Store) Claim(ctx context.Context, id ID, queue string, n int, worker, n
 	return r.Runs, r.Err
 }
 
-// ClaimRequest asks for up to N ready runs of Queue on Shard.
+// MaxClaim bounds the runs one claim takes from a shard: a script passes a Redis command
+// at most about 8,000 arguments (Lua's unpack), and the in-flight set takes two per run.
+const MaxClaim = 1000
+
+// ClaimRequest asks for up to N ready runs of Queue on Shard (at most MaxClaim).
 type ClaimRequest struct {
 	Shard ID
 	Queue string
@@ -60,7 +64,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 	calls := make([]call, len(reqs))
 	for i, q := range reqs {
 		calls[i] = call{s.scripts.ClaimRuns, []string{s.keys.Ready(q.Shard, q.Queue), s.keys.Inflight(q.Shard)},
-			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(q.N), worker, nonce, q.Queue}}
+			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(min(q.N, MaxClaim)), worker, nonce, q.Queue}}
 	}
 	out := make([]ClaimResult, len(reqs))
 	for i, r := range s.exec(ctx, calls...) {

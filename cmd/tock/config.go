@@ -159,6 +159,7 @@ type config struct {
 	leaseTTL      time.Duration
 	fireLead      time.Duration
 	coldAfter     time.Duration
+	noPack        bool
 	snapshotTo    string
 	snapshotEvery time.Duration
 	snapshotKeep  int
@@ -285,6 +286,22 @@ var settings = []*setting{
 				return errors.New("want 0 (never) or a duration from 1m to 8760h, such as 10m")
 			default:
 				c.coldAfter = d
+			}
+			return nil
+		}},
+	{flag: "pack", arg: "on|off", def: "on", cmds: cmdRoles,
+		help: "keep one-time jobs that are not cold packed, one value each in a hash per shard, so that firing, " +
+			"claiming and acknowledging many runs read and write once per call (off: a job hash each, as before " +
+			"packing; for a rolling upgrade from such a version, until every worker is upgraded: an older worker " +
+			"drops the runs of packed jobs)",
+		parse: func(c *config, v string) error {
+			switch strings.ToLower(v) {
+			case "on", "true", "1":
+				c.noPack = false
+			case "off", "false", "0":
+				c.noPack = true
+			default:
+				return errors.New("want on or off")
 			}
 			return nil
 		}},

@@ -419,3 +419,20 @@ func TestLoadConfig_ColdAfter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Hour, c.coldAfter)
 }
+
+// --pack off stores job hashes (shard.Config.NoPack); on is the default.
+func TestLoadConfig_Pack(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"TOCK_REDIS": "r:6379"}
+	c, err := load(cmdIngest, env)
+	require.NoError(t, err)
+	require.False(t, c.noPack)
+	c, err = load(cmdServer, env, "--pack", "off")
+	require.NoError(t, err)
+	require.True(t, c.noPack)
+	c, err = load(cmdDispatcher, env, "--pack", "ON")
+	require.NoError(t, err)
+	require.False(t, c.noPack)
+	_, err = load(cmdServer, env, "--pack", "maybe")
+	require.ErrorContains(t, err, `--pack "maybe": want on or off`)
+}

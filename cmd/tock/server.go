@@ -167,7 +167,7 @@ func (c *config) connect() (rueidis.Client, error) {
 // bucket width that c does not set follows the namespace's; one that c sets and that
 // differs from the namespace's is a *settingError naming it.
 func openStore(ctx context.Context, rc rueidis.Client, c *config) (*shard.Store, error) {
-	sc := shard.Config{Namespace: c.namespace, Shards: c.shards, BucketSize: c.bucket, Durability: c.durability, ColdAfter: c.coldAfter}
+	sc := shard.Config{Namespace: c.namespace, Shards: c.shards, BucketSize: c.bucket, Durability: c.durability, ColdAfter: c.coldAfter, NoPack: c.noPack}
 	for range 3 { // at most one retry per recorded setting
 		store, err := shard.Open(ctx, rc, sc)
 		me, ok := errors.AsType[*shard.ConfigMismatchError](err)
