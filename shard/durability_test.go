@@ -69,7 +69,8 @@ func TestKeys_FenceSharesTheSlot(t *testing.T) {
 	require.NoError(t, err)
 	k := shard.NewKeys("tock", tags)
 	for id := range shard.ID(8) {
-		for _, key := range []string{k.Buckets(id), k.Dead(id), k.Job(id, "a:{b}")} {
+		for _, key := range []string{k.Buckets(id), k.Dead(id), k.Job(id, "a:{b}"), k.Packed(id), k.PackedRuns(id),
+			k.Expiry(id), k.ExpiryList(id, 7)} {
 			f := k.Fence(key)
 			require.Equal(t, k.Prefix(id)+"fence", f)
 			require.Equal(t, shard.Slot(key), shard.Slot(f), key)

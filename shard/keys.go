@@ -65,8 +65,22 @@ func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 // Epoch is the shard's fencing counter; it never expires. // STRING
 func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 
-// Packed is the hash of shard id's packed jobs (Config.NoPack; lua common's PACKED).
+// Packed is the hash of shard id's packed jobs (Config.NoPack; lua common's PACKED):
+// job id -> its definition.
 func (k *Keys) Packed(id ID) string { return k.prefixes[id] + "jobs:packed" }
+
+// PackedRuns is the hash of the run states of shard id's packed jobs: job id -> state.
+func (k *Keys) PackedRuns(id ID) string { return k.prefixes[id] + "runs:packed" }
+
+// Expiry indexes the lists of succeeded packed jobs of shard id by the end of the bucket
+// in which they expire (ExpiryList).
+func (k *Keys) Expiry(id ID) string { return k.prefixes[id] + "expiry" }
+
+// ExpiryList is the list of the ids of shard id's packed jobs that expire in bucket
+// (the bucket's number: its start in ms / the bucket width).
+func (k *Keys) ExpiryList(id ID, bucket int64) string {
+	return k.prefixes[id] + "expiry:" + strconv.FormatInt(bucket, 10)
+}
 
 // Job holds a job's definition, its state, its runs (fields 'r<due ms>') and its recent
 // history (field 'h', and 'hs' naming a one-time job's last, succeeded run). // HASH

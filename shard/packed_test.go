@@ -451,6 +451,8 @@ func TestPacked_ExpireAfterRetention(t *testing.T) {
 	// The expiry bucket of now + 1h ends at the next minute after it.
 	end := now.Add(time.Hour).Truncate(time.Minute).Add(time.Minute)
 	require.Equal(t, end.UnixMilli(), d.NextDue, "come back when the expiry bucket ends")
+	require.True(t, m.Exists(s.Keys().Expiry(0)))
+	require.True(t, m.Exists(s.Keys().ExpiryList(0, end.UnixMilli()/time.Minute.Milliseconds())))
 
 	m.SetTime(now.Add(time.Hour - time.Millisecond))
 	info, err := s.Get(ctx, "a")
@@ -479,7 +481,7 @@ func TestPacked_ExpireAfterRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(-1), d.NextDue)
 	require.ElementsMatch(t, []string{s.Keys().Meta(), s.Keys().Stats(0), s.Keys().Lease(0), s.Keys().Epoch(0),
-		s.Keys().Ready(0, "default"), s.Keys().Packed(0), s.Keys().Prefix(0) + "runs:packed"}, m.Keys(), "only the new job c is left")
+		s.Keys().Ready(0, "default"), s.Keys().Packed(0), s.Keys().PackedRuns(0)}, m.Keys(), "only the new job c is left")
 	info, err = s.Get(ctx, "c")
 	require.NoError(t, err)
 	require.Equal(t, job.StateReady, info.State)
