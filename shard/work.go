@@ -85,16 +85,22 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 	out := make([]Claimed, 0, len(raw)/4)
 	for k := 0; k+3 < len(raw); k += 4 {
 		c := Claimed{
-			Shard: q.Shard, Member: str(raw[k]), Type: str(raw[k+1]), Payload: []byte(str(raw[k+2])),
+			Shard: q.Shard, Member: str(raw[k]), Type: str(raw[k+1]),
 			Token: firstTok, Attempt: 1, MaxAttempts: job.DefaultMaxAttempts,
 			Timeout: job.DefaultTimeout, Visibility: job.DefaultVisibility, ClaimedAt: now,
 		}
-		if rest := str(raw[k+3]); rest == "#" {
-			// A packed job's first attempt: its definition comes packed.
+		rest := str(raw[k+3])
+		if rest == "#" {
+			// A packed job's first attempt: its definition comes packed. Only a damaged
+			// value is unreadable; the call's runs are then redelivered (below).
 			if err := c.parsePacked(str(raw[k+2])); err != nil {
 				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: packed job: %w", q.Shard, q.Queue, c.Member, err)}
 			}
-		} else if rest != "" {
+			rest = ""
+		} else {
+			c.Payload = []byte(str(raw[k+2]))
+		}
+		if rest != "" {
 			// Only a damaged job hash gives an unreadable rest. The call's runs are then
 			// redelivered after their visibility deadlines, as a lost worker's are.
 			if err := c.parseRest(rest); err != nil {
@@ -150,9 +156,9 @@ func (c *Claimed) parseRest(rest string) error {
 }
 
 // parsePacked reads the type, payload and settings of a packed job's value (lua common's
-// PACKED): "created|visibility|queue|priority|id|offset|age|dh|k" then name=length:value per definition field that
-// differs from its default, the payload last and whole. A setting left out keeps its
-// default.
+// PACKED): "created|visibility|queue|priority|id|offset|age|dh|k", then name=length:value
+// per definition field that differs from its default, the payload last and whole. A
+// setting left out keeps its default.
 func (c *Claimed) parsePacked(v string) error {
 	rest := v
 	for range 8 {
