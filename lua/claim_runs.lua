@@ -45,6 +45,19 @@ local firstTok = '1-' .. nonce
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local deadlines = {}
 local ni, no = 0, 0
+
+-- file_inflight adds member to the in-flight entries with the deadline of visibility
+-- timeout vt (ms, a string; nil the default), formatted once per distinct timeout.
+local function file_inflight(member, vt)
+  vt = vt or '30000'
+  local deadline = deadlines[vt]
+  if not deadline then
+    deadline = num(now + tonumber(vt))
+    deadlines[vt] = deadline
+  end
+  inflight[ni + 1], inflight[ni + 2] = deadline, member
+  ni = ni + 2
+end
 -- The packed jobs among the runs' jobs, read at once.
 local ids, dues = {}, {}
 for k, member in ipairs(popped) do
@@ -59,14 +72,7 @@ for k, member in ipairs(popped) do
     local start = later_ms(due, nowStr)
     runAdds[nr + 1], runAdds[nr + 2] = id, 'R|' .. firstTok .. '|' .. worker .. '|' .. start .. '|' .. ARGV[5]
     nr = nr + 2
-    local vt = string.match(pv, '^%d+|(%d+)|') or '30000'
-    local deadline = deadlines[vt]
-    if not deadline then
-      deadline = num(now + tonumber(vt))
-      deadlines[vt] = deadline
-    end
-    inflight[ni + 1], inflight[ni + 2] = deadline, member
-    ni = ni + 2
+    file_inflight(member, string.match(pv, '^%d+|(%d+)|'))
     out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, '', pv, '#'
     no = no + 4
   else
@@ -115,14 +121,7 @@ for k, member in ipairs(popped) do
           rest = firstTok .. '|1|' .. (j[4] or '') .. '|' .. (j[5] or '') .. '|' .. (j[6] or '') .. '|'
         end
       end
-      local vt = j[5] or '30000'
-      local deadline = deadlines[vt]
-      if not deadline then
-        deadline = num(now + tonumber(vt))
-        deadlines[vt] = deadline
-      end
-      inflight[ni + 1], inflight[ni + 2] = deadline, member
-      ni = ni + 2
+      file_inflight(member, j[5])
       -- Numbers go back as the strings they are stored as; the caller parses them.
       out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, j[1], payload, rest
       no = no + 4

@@ -37,6 +37,13 @@ func coldJobs(now time.Time) []*job.Job {
 
 // coldKeys counts the keys of cold storage of a one-shard store.
 func coldKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
+	return shardKeys(t, b, s, func(rest string) bool {
+		return rest == "cold" || strings.HasPrefix(rest, "pack:") || (strings.HasPrefix(rest, "jobs:") && rest != "jobs:packed")
+	})
+}
+
+// shardKeys counts the keys of shard 0 of s whose names after the shard's prefix match.
+func shardKeys(t *testing.T, b redistest.Backend, s *shard.Store, match func(rest string) bool) int {
 	t.Helper()
 	c := b.Client(t)
 	n := 0
@@ -46,8 +53,7 @@ func coldKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
 			continue // a replica
 		}
 		for _, k := range keys {
-			rest := strings.TrimPrefix(k, s.Keys().Prefix(0))
-			if rest == "cold" || strings.HasPrefix(rest, "pack:") || strings.HasPrefix(rest, "jobs:") {
+			if match(strings.TrimPrefix(k, s.Keys().Prefix(0))) {
 				n++
 			}
 		}

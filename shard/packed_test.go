@@ -36,22 +36,9 @@ func packedJobs(now time.Time) []*job.Job {
 
 // packedKeys counts the keys of packed storage of a one-shard store.
 func packedKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
-	t.Helper()
-	c := b.Client(t)
-	n := 0
-	for _, node := range c.Nodes() {
-		keys, err := node.Do(context.Background(), node.B().Keys().Pattern(s.Keys().Prefix(0)+"*").Build()).AsStrSlice()
-		if err != nil {
-			continue // a replica
-		}
-		for _, k := range keys {
-			rest := strings.TrimPrefix(k, s.Keys().Prefix(0))
-			if rest == "jobs:packed" || rest == "runs:packed" || strings.HasPrefix(rest, "expiry") {
-				n++
-			}
-		}
-	}
-	return n
+	return shardKeys(t, b, s, func(rest string) bool {
+		return rest == "jobs:packed" || rest == "runs:packed" || strings.HasPrefix(rest, "expiry")
+	})
 }
 
 // twins runs the same steps on a store that packs jobs and one that keeps job hashes, and
