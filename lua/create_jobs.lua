@@ -173,6 +173,11 @@ for _, b in ipairs(packBuckets) do
   redis.call('ZADD', P .. 'cold', num(tonumber(b) * bucketMs), b)
 end
 
+if #packed > 0 then
+  -- Both hashes are hash tables from their first write on (as_table).
+  redis.call('HSET', P .. PACKED, as_table())
+  redis.call('HSET', P .. PACKED_RUNS, as_table())
+end
 for k = 1, #packed, 6000 do
   redis.call('HSET', P .. PACKED, unpack(packed, k, math.min(k + 5999, #packed)))
 end

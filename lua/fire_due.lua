@@ -92,7 +92,10 @@ end
 local EXPIRE_MAX = 256
 local expiryKey = P .. 'expiry'
 local expireMore = false
-local eb = redis.call('ZRANGEBYSCORE', expiryKey, '-inf', nowStr, 'LIMIT', '0', '1')[1]
+-- The first expiry bucket: deleted from now when it has ended, else when to come back.
+local firstExpiry = redis.call('ZRANGE', expiryKey, '0', '0', 'WITHSCORES')
+local nextExpiry = firstExpiry[2] and tonumber(firstExpiry[2])
+local eb = nextExpiry and nextExpiry <= now and firstExpiry[1]
 if eb then
   local listKey = P .. 'expiry:' .. eb
   local ids = redis.call('LPOP', listKey, num(EXPIRE_MAX))
@@ -125,7 +128,6 @@ if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
 end
 local cron = {}
 local count, fired = 0, 0
-local anyPacked = redis.call('EXISTS', P .. PACKED) == 1
 local firedPacked = {}
 
 -- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
@@ -141,7 +143,7 @@ for _, b in ipairs(buckets) do
   local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', horizonStr, 'LIMIT', '0', count == 0 and ARGV[4] or num(limit - count))
   -- The packed jobs among them (common's PACKED), read at once.
   local packed = {}
-  if anyPacked and #due > 0 then
+  if #due > 0 then
     local ids = {}
     for k, member in ipairs(due) do
       ids[k] = string.match(member, '^([^:]*)')
@@ -226,9 +228,8 @@ end
 if thawMore or expireMore then
   nextDue = now
 else
-  local e = redis.call('ZRANGE', expiryKey, '0', '0', 'WITHSCORES')
-  if e[2] and (nextDue == -1 or tonumber(e[2]) < nextDue) then
-    nextDue = math.max(tonumber(e[2]), now)
+  if nextExpiry and (nextDue == -1 or nextExpiry < nextDue) then
+    nextDue = nextExpiry
   end
   local c = redis.call('ZRANGE', coldKey, '0', '0', 'WITHSCORES')
   if c[2] then

@@ -128,7 +128,10 @@ func (s *Store) scanPacked(ctx context.Context, id ID, cursor uint64, count int6
 	}
 	ids := make([]string, 0, len(e.Elements)/2)
 	for k := 0; k+1 < len(e.Elements); k += 2 {
-		ids = append(ids, e.Elements[k])
+		// The field "" is no job: it keeps the hash a hash table (lua common's as_table).
+		if e.Elements[k] != "" {
+			ids = append(ids, e.Elements[k])
+		}
 	}
 	return ids, e.Cursor, nil
 }

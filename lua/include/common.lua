@@ -398,8 +398,9 @@ end
 -- defEnd of argv (the script's ARGV: a function's helpers cannot see it) are name,
 -- value, ...
 local function cold_record(id, due, dueStr, bucketStart, now, dh, argv, defStart, defEnd)
-  local age = num(due - now)
-  local parts = { id, '|', num(due - bucketStart), '|', age, '|', dh, '|', '.' }
+  -- A packed job's record (bucket start 0, age 0) needs no number formatted.
+  local age = now == due and '0' or num(due - now)
+  local parts = { id, '|', bucketStart == 0 and dueStr or num(due - bucketStart), '|', age, '|', dh, '|', '.' }
   local payload
   for k = defStart, defEnd, 2 do
     local f, v = argv[k], argv[k + 1]
@@ -410,12 +411,14 @@ local function cold_record(id, due, dueStr, bucketStart, now, dh, argv, defStart
     elseif f == 'p' or string.match(f, '^p%d$') then
       payload = payload and payload .. v or v
     else
-      parts[#parts + 1] = f .. '=' .. #v .. ':'
+      -- A length formatted with num: Lua's own number-to-string conversion is the C
+      -- library's floating-point printf.
+      parts[#parts + 1] = f .. '=' .. num(#v) .. ':'
       parts[#parts + 1] = v
     end
   end
   if payload then
-    parts[#parts + 1] = 'p=' .. #payload .. ':'
+    parts[#parts + 1] = 'p=' .. num(#payload) .. ':'
     parts[#parts + 1] = payload
   end
   return table.concat(parts)
@@ -480,10 +483,25 @@ end
 --                           is ready, "R|token|worker|start|queue" while its first attempt
 --                           runs, "C|token|worker|start|queue|end|expiry" once it
 --                           succeeded (times in ms)
+--   both hashes also hold the field '' (as_table)
 --   P..'expiry'       ZSET  expiry buckets of succeeded packed jobs; score = bucket end
 --   P..'expiry:'..b   LIST  ids of the packed jobs that expire in bucket b (fire_due
 --                           deletes them once their expiry has passed)
 local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
+-- as_table returns a field no job id can be ('') and a value longer than Redis's
+-- hash-max-listpack-value (64 by default), which create_jobs writes to both hashes: a
+-- hash with it is a hash table from then on. A small hash would otherwise be a listpack,
+-- whose fields are searched one by one, and a claim or an ack looks up many at once. A
+-- server configured with values longer than 256 keeps small hashes listpacks: slower,
+-- no less correct. Listings skip the field (shard.Store.scanPacked). The value is made
+-- at the first call: a library's top level cannot reach the string library.
+local asTableValue
+local function as_table()
+  if not asTableValue then
+    asTableValue = string.rep('~', 256)
+  end
+  return '', asTableValue
+end
 
 -- packed_fields returns the job hash fields (HGETALL's form) that a packed job, stored
 -- as value v with run state run (nil or false while scheduled), stands for, and its expiry time (ms,
