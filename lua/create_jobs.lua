@@ -62,8 +62,8 @@ local dueAdds, dueBuckets = {}, {}
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
 -- Cold records per bucket, and the cold and packed jobs of this call by id ({ state,
--- due, dh }, as the HMGET of an existing job): an id given twice in a call is found by the second,
--- before the records are written.
+-- due, dh }, as the HMGET of an existing job): an id given twice in a call is found by
+-- the second, before the records are written.
 local packAdds, packBuckets, newCold = {}, {}, {}
 -- Packed jobs of this call: id, value, ...; and the states of those due already (common's
 -- PACKED).

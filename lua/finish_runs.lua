@@ -219,10 +219,14 @@ local function done()
   if #packedDone > 0 then
     redis.call('HSET', P .. PACKED_RUNS, unpack(packedDone))
     local b = num(math.floor((now + tonumber(retention)) / bucketMs) + 1)
+    local len = 0
     for k = 1, #packedIds, 6000 do
-      redis.call('RPUSH', P .. 'expiry:' .. b, unpack(packedIds, k, math.min(k + 5999, #packedIds)))
+      len = redis.call('RPUSH', P .. 'expiry:' .. b, unpack(packedIds, k, math.min(k + 5999, #packedIds)))
     end
-    redis.call('ZADD', P .. 'expiry', num(tonumber(b) * bucketMs), b)
+    -- A new list (it holds only these ids) enters the index.
+    if len == #packedIds then
+      redis.call('ZADD', P .. 'expiry', num(tonumber(b) * bucketMs), b)
+    end
   end
   for k = 1, #leaving, 6000 do
     redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))

@@ -504,8 +504,8 @@ local function as_table()
 end
 
 -- packed_fields returns the job hash fields (HGETALL's form) that a packed job, stored
--- as value v with run state run (nil or false while scheduled), stands for, and its expiry time (ms,
--- -1 none); nil when it expired.
+-- as value v with run state run (nil or false while scheduled), stands for, and its
+-- expiry time (ms, -1 none); nil when it has expired.
 local function packed_fields(v, run, now)
   local cr, rec = string.match(v, '^(%d+)|%d*|[^|]*|%d*|(.*)$')
   -- Packed with bucket start 0: the offset is the due time. Scheduled as read.
@@ -548,9 +548,8 @@ end
 
 -- unpack_job makes packed job id an ordinary one: the job hash it stands for, with the
 -- expiry of a succeeded one; its run stays where it is filed (due bucket, ready or
--- inflight set).
--- A packed job whose expiry passed is deleted. Returns true when it was packed (and has
--- not expired). Costs one HGET when it was not.
+-- inflight set). A packed job whose expiry has passed is deleted. Returns true when it
+-- was packed (and has not expired). Costs one HGET when it was not.
 local function unpack_job(P, id)
   local v = redis.call('HGET', P .. PACKED, id)
   if not v then
