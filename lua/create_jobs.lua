@@ -5,7 +5,7 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] n        count   jobs that follow
 -- ARGV[4] cold     ms      a one-time job due more than this after now is stored cold
---                          (packed; see common's cold_record), 0 never
+--                          (see common's cold_record), 0 never
 -- ARGV[5] pack     '1' | '0'  whether a one-time job (not cold) is stored packed
 --                          (common's PACKED) rather than as a job hash
 -- then per job:
