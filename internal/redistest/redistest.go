@@ -195,6 +195,10 @@ func (b Backend) newClient() (rueidis.Client, error) {
 		// / ... are allowed in this context"). Over RESP2 rueidis uses a
 		// dedicated connection for pub/sub.
 		opt.AlwaysRESP2 = true
+		// miniredis runs a script in a Lua interpreter written in Go, which the race
+		// detector slows to seconds for a create of a few thousand jobs: past rueidis's
+		// default of 10s the connection is dropped as dead.
+		opt.ConnWriteTimeout = time.Minute
 	}
 	return rueidis.NewClient(opt)
 }
