@@ -66,8 +66,8 @@ local lastLo, lastHi, lastB
 -- the second, before the records are written.
 local packAdds, packBuckets, newCold = {}, {}, {}
 -- Packed jobs of this call: id, value, ...; and the states of those due already (common's
--- PACKED).
-local packed, packedRuns = {}, {}
+-- PACKED). Both hashes are hash tables from their first write on (as_table).
+local packed, packedRuns = { as_table() }, { as_table() }
 -- Whether the shard may hold cold jobs, which an id must then be looked up among; and
 -- which ids are packed jobs already, looked up at once.
 local anyCold = redis.call('EXISTS', P .. 'cold') == 1
@@ -94,7 +94,8 @@ for _ = 1, n do
   local jobKey = P .. 'job:' .. id
   -- EXISTS first: a new id (the common case) costs less than reading three fields.
   local existing = newCold[id]
-  if not existing and (redis.call('EXISTS', jobKey) == 1 or (anyCold or packedIDs[id]) and thaw_job(P, bucketsKey, bucketMs, id)) then
+  if not existing and (redis.call('EXISTS', jobKey) == 1 or packedIDs[id] and unpack_job(P, id) or
+      anyCold and thaw_cold(P, bucketsKey, bucketMs, id)) then
     existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   end
   if existing and existing[1] then
@@ -173,16 +174,13 @@ for _, b in ipairs(packBuckets) do
   redis.call('ZADD', P .. 'cold', num(tonumber(b) * bucketMs), b)
 end
 
-if #packed > 0 then
-  -- Both hashes are hash tables from their first write on (as_table).
-  redis.call('HSET', P .. PACKED, as_table())
-  redis.call('HSET', P .. PACKED_RUNS, as_table())
-end
-for k = 1, #packed, 6000 do
-  redis.call('HSET', P .. PACKED, unpack(packed, k, math.min(k + 5999, #packed)))
-end
-for k = 1, #packedRuns, 6000 do
-  redis.call('HSET', P .. PACKED_RUNS, unpack(packedRuns, k, math.min(k + 5999, #packedRuns)))
+if #packed > 2 then
+  for k = 1, #packed, 6000 do
+    redis.call('HSET', P .. PACKED, unpack(packed, k, math.min(k + 5999, #packed)))
+  end
+  for k = 1, #packedRuns, 6000 do
+    redis.call('HSET', P .. PACKED_RUNS, unpack(packedRuns, k, math.min(k + 5999, #packedRuns)))
+  end
 end
 
 local readied = flush_ready(P)

@@ -19,15 +19,14 @@ local n = tonumber(ARGV[2])
 
 local now = now_ms()
 local out = {}
-local ids = {}
+local members = {}
 for k = 1, n do
-  ids[k] = string.match(ARGV[1 + 2 * k], '^([^:]*)')
+  members[k] = ARGV[1 + 2 * k]
 end
-if n > 0 then
-  for k, run in ipairs(redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))) do
-    if run and string.sub(run, 1, 2) == 'R|' then
-      unpack_job(P, ids[k])
-    end
+local ids, runs = packed_runs(P, members)
+for k, run in ipairs(runs) do
+  if run and string.sub(run, 1, 2) == 'R|' then
+    unpack_job(P, ids[k])
   end
 end
 for k = 3, 2 + n * 2, 2 do

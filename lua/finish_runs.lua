@@ -236,22 +236,10 @@ local function done()
   return readied
 end
 
--- packed_runs returns the ids of members and their packed run states (false for none).
-local function packed_runs(members)
-  local ids = {}
-  for k, m in ipairs(members) do
-    ids[k] = string.match(m, '^([^:]*)')
-  end
-  if #ids == 0 then
-    return ids, {}
-  end
-  return ids, redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))
-end
-
 if mode == 'reap' then
   local reaped = 0
   local expired = redis.call('ZRANGEBYSCORE', inflightKey, '-inf', num(now), 'LIMIT', 0, n)
-  local ids, runs = packed_runs(expired)
+  local ids, runs = packed_runs(P, expired)
   for k, member in ipairs(expired) do
     if runs[k] then
       unpack_job(P, ids[k])
@@ -270,7 +258,7 @@ local members = {}
 for k = 1, n do
   members[k] = ARGV[4 + 5 * k]
 end
-local ids, runs = packed_runs(members)
+local ids, runs = packed_runs(P, members)
 local finished = {}
 local expiry = num(now + tonumber(retention))
 local results = {}

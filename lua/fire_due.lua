@@ -142,17 +142,16 @@ for _, b in ipairs(buckets) do
   local dueKey = P .. 'due:' .. b
   local due = redis.call('ZRANGEBYSCORE', dueKey, '-inf', horizonStr, 'LIMIT', '0', count == 0 and ARGV[4] or num(limit - count))
   -- The packed jobs among them (common's PACKED), read at once.
-  local packed = {}
+  local ids, dues, packed = {}, {}, {}
+  for k, member in ipairs(due) do
+    ids[k], dues[k] = split_run(member)
+  end
   if #due > 0 then
-    local ids = {}
-    for k, member in ipairs(due) do
-      ids[k] = string.match(member, '^([^:]*)')
-    end
     packed = redis.call('HMGET', P .. PACKED, unpack(ids))
   end
   for k, member in ipairs(due) do
     count = count + 1
-    local id, d = split_run(member)
+    local id, d = ids[k], dues[k]
     local pv = packed[k]
     if pv then
       -- A packed job's first run: ready, with its state written with the others'.

@@ -129,15 +129,10 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 		if len(ids) > 0 {
 			// Shards without packed jobs cost a round trip each, not a round.
 			round++
-			recs, err := s.ReadJobs(ctx, ID(packed), ids)
+			infos, err := s.listJobs(ctx, map[ID][]string{ID(packed): ids})
 			if err != nil {
-				return Page{}, fmt.Errorf("list jobs: %w", err)
+				return Page{}, err
 			}
-			infos := make([]*Info, 0, len(recs))
-			for _, r := range recs {
-				infos = append(infos, infoOf(r.ID, ID(packed), r.fieldMap(), r.ExpireAt))
-			}
-			sort.Slice(infos, func(a, b int) bool { return infos[a].ID < infos[b].ID })
 			keep(infos, &page)
 		}
 		if cursor = next; cursor == 0 {
@@ -155,7 +150,11 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 		if err != nil {
 			return Page{}, fmt.Errorf("list jobs: scan %s: %w", addrs[node], err)
 		}
-		infos, err := s.listJobs(ctx, shards, e.Elements)
+		batch, err := s.jobsOfKeys(ctx, shards, e.Elements)
+		if err != nil {
+			return Page{}, fmt.Errorf("list jobs: %w", err)
+		}
+		infos, err := s.listJobs(ctx, batch)
 		if err != nil {
 			return Page{}, err
 		}
@@ -170,13 +169,9 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 	return page, nil
 }
 
-// listJobs reads the jobs that keys (a SCAN batch of jobMatch) name, sorted by id;
-// jobs gone meanwhile are left out.
-func (s *Store) listJobs(ctx context.Context, shards map[string]ID, keys []string) ([]*Info, error) {
-	batch, err := s.jobsOfKeys(ctx, shards, keys)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
+// listJobs reads the jobs of batch (ids per shard), sorted by id; jobs gone meanwhile are
+// left out.
+func (s *Store) listJobs(ctx context.Context, batch map[ID][]string) ([]*Info, error) {
 	recs, err := s.readJobsOf(ctx, batch)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)

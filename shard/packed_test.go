@@ -98,6 +98,14 @@ func (w *twins) same(ids ...string) {
 	shardtest.CheckCounts(t, w.packed)
 }
 
+// of returns the one of packed and hashed (runs claimed by claimAll) that store s holds.
+func (w *twins) of(s *shard.Store, packed, hashed map[string]shard.Claimed) map[string]shard.Claimed {
+	if s == w.hashed {
+		return hashed
+	}
+	return packed
+}
+
 // claimAll claims every ready run of both stores, by job id.
 func (w *twins) claimAll() (packed, hashed map[string]shard.Claimed) {
 	t := w.t
@@ -202,10 +210,7 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 
 		// Succeeded: completed alike, with the same expiry and history.
 		w.both(func(s *shard.Store) {
-			c := pc
-			if s == w.hashed {
-				c = hc
-			}
+			c := w.of(s, pc, hc)
 			var fin []shard.Finish
 			for _, r := range c {
 				fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
@@ -290,10 +295,7 @@ func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
 		w.same(ids...)
 
 		w.both(func(s *shard.Store) {
-			c := pc
-			if s == w.hashed {
-				c = hc
-			}
+			c := w.of(s, pc, hc)
 			var fin []shard.Finish
 			for _, id := range ids[1:] {
 				fin = append(fin, shard.Finish{Member: c[id].Member, Token: c[id].Token, Outcome: shard.Succeeded})
@@ -331,10 +333,7 @@ func TestPacked_OtherEndsUnpack(t *testing.T) {
 		pc, hc := w.claimAll()
 		require.Len(t, pc, len(ids)-1, "the cancelled job's run left the ready set")
 		w.both(func(s *shard.Store) {
-			c := pc
-			if s == w.hashed {
-				c = hc
-			}
+			c := w.of(s, pc, hc)
 			_, _, err := s.Cancel(ctx, "cancel-running")
 			require.NoError(t, err)
 			res, err := s.Extend(ctx, 0, []shard.Held{{Member: c["extend"].Member, Token: c["extend"].Token}})

@@ -572,14 +572,10 @@ local function unpack_job(P, id)
   return true
 end
 
--- thaw_job makes cold or packed job id an ordinary one, so that a script may change it:
--- a job hash with its due run filed, as create_jobs would have written (its count in the
--- stats was made when it was created). Returns true when it was cold or packed. Costs
--- two HGETs when not.
-local function thaw_job(P, bucketsKey, bucketMs, id)
-  if unpack_job(P, id) then
-    return true
-  end
+-- thaw_cold makes cold job id an ordinary one: a job hash with its due run filed, as
+-- create_jobs would have written (its count in the stats was made when it was created).
+-- Returns true when it was cold. Costs one HGET when not.
+local function thaw_cold(P, bucketsKey, bucketMs, id)
   local rec, b = cold_find(P, id)
   if not rec then
     return false
@@ -592,6 +588,26 @@ local function thaw_job(P, bucketsKey, bucketMs, id)
   redis.call('ZADD', P .. 'due:' .. b, dueStr, id .. ':' .. dueStr)
   redis.call('ZADD', bucketsKey, num(bn * bucketMs), b)
   return true
+end
+
+-- thaw_job makes cold or packed job id an ordinary one, so that a script may change it
+-- (unpack_job, thaw_cold). Returns true when it was cold or packed. Costs two HGETs when
+-- not.
+local function thaw_job(P, bucketsKey, bucketMs, id)
+  return unpack_job(P, id) or thaw_cold(P, bucketsKey, bucketMs, id)
+end
+
+-- packed_runs returns the job ids of run members and their packed run states (false for
+-- none), read at once.
+local function packed_runs(P, members)
+  local ids = {}
+  for k, m in ipairs(members) do
+    ids[k] = string.match(m, '^([^:]*)')
+  end
+  if #ids == 0 then
+    return ids, {}
+  end
+  return ids, redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))
 end
 
 -- reset_state empties the collections the helpers above fill during a call. A script
