@@ -68,22 +68,34 @@ redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
 wait "$pid" 2>/dev/null || true
 pid=
 
-# Each dump holds the instructions since the one before; the benchmark runs once with one
-# job before the measured round, so the last dump of each step is the one that counts.
-summary() {
-  local f part best=-1 last=
-  for f in $(grep -l "^desc: Trigger: dump $1\$" "$dir"/cg.out.* 2>/dev/null); do
-    part=$(awk '/^part:/ {print $2; exit}' "$f")
+# Each dump holds the instructions since the one before. The benchmark runs once with one
+# job before the measured round, so only the dumps after the last "start" count; a step
+# dumped once per round (claim, ack) is the sum of its dumps.
+part_of() { awk '/^part:/ {print $2; exit}' "$1"; }
+measured_from() {
+  local f part best=-1
+  for f in $(grep -l "^desc: Trigger: dump start\$" "$dir"/cg.out.* 2>/dev/null); do
+    part=$(part_of "$f")
     if ((part > best)); then
       best=$part
-      last=$f
     fi
   done
-  if [[ -z $last ]]; then
+  echo "$best"
+}
+summary() {
+  local f from total=0 found=
+  from=$(measured_from)
+  for f in $(grep -l "^desc: Trigger: dump $1\$" "$dir"/cg.out.* 2>/dev/null); do
+    if (($(part_of "$f") > from)); then
+      total=$((total + $(awk '/^summary:/ {print $2}' "$f")))
+      found=1
+    fi
+  done
+  if [[ -z $found ]]; then
     echo "redis-cost.sh: no callgrind dump for step $1" >&2
     exit 1
   fi
-  awk '/^summary:/ {print $2}' "$last"
+  echo "$total"
 }
 per() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", a / b}'; }
 calls=6400 # the empty calls of each kind BenchmarkRedisCost makes
