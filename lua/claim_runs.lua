@@ -36,13 +36,16 @@ local inflight = {}
 -- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
 -- printf only for this script to drop them.
 local popped = redis.call('ZRANGE', readyKey, '0', num(n - 1))
-if #popped > 0 then
-  redis.call('ZREMRANGEBYRANK', readyKey, '0', num(#popped - 1))
-end
--- A first attempt (no run field yet) gets the same field value and token in every run
--- of the call, built once.
+-- A first attempt gets the same token in every run of the call.
 local firstTok = '1-' .. nonce
+if #popped == 0 then
+  return { now, out, nowUs, firstTok }
+end
+redis.call('ZREMRANGEBYRANK', readyKey, '0', num(#popped - 1))
+-- A first attempt of a job hash (no run field yet) gets the same field value in every
+-- run of the call, and one of a packed job that is due by now the same state: built once.
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
+local packedRun = 'R|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '|' .. ARGV[5]
 local deadlines = {}
 local ni, no = 0, 0
 
@@ -63,16 +66,28 @@ local ids, dues = {}, {}
 for k, member in ipairs(popped) do
   ids[k], dues[k] = split_run(member)
 end
-local packed = #popped > 0 and redis.call('HMGET', P .. PACKED, unpack(ids))
+local packed = redis.call('HMGET', P .. PACKED, unpack(ids))
 local runAdds, nr = {}, 0
 for k, member in ipairs(popped) do
   local id, due = ids[k], dues[k]
   local pv = packed[k]
   if pv then
-    local start = later_ms(due, nowStr)
-    runAdds[nr + 1], runAdds[nr + 2] = id, 'R|' .. firstTok .. '|' .. worker .. '|' .. start .. '|' .. ARGV[5]
+    -- A run due by now starts now: its state is the call's shared value.
+    if later_ms(due, nowStr) == nowStr then
+      runAdds[nr + 1], runAdds[nr + 2] = id, packedRun
+    else
+      runAdds[nr + 1], runAdds[nr + 2] = id, 'R|' .. firstTok .. '|' .. worker .. '|' .. due .. '|' .. ARGV[5]
+    end
     nr = nr + 2
-    file_inflight(member, string.match(pv, '^%d+|(%d+)|'))
+    -- The value starts "cr|vt|": the job's visibility timeout, empty for the default. Two
+    -- bytes read tell the default from a 13-digit creation time on, for a fraction of a
+    -- pattern match.
+    local b14, b15 = string.byte(pv, 14, 15)
+    if b14 == 124 and b15 == 124 then
+      file_inflight(member, nil)
+    else
+      file_inflight(member, string.match(pv, '^%d+|(%d+)|'))
+    end
     out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, '', pv, '#'
     no = no + 4
   else

@@ -260,7 +260,12 @@ for k = 1, n do
 end
 local ids, runs = packed_runs(P, members)
 local finished = {}
-local expiry = num(now + tonumber(retention))
+-- A succeeded packed run's state is its running state "R|tok|wk|start|q" with C for R and
+-- "|end|expiry" after it. Its token is checked, and its queue read, by plain searches:
+-- none of the fields holds a '|' (job.ValidateID), and a pattern match costs more.
+local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
+local heldBy = {} -- token -> "R|token|", what a run held with it starts with
+local lastQ, lastTail = 'default', '|default'
 local results = {}
 local i = 9
 for k = 1, n do
@@ -268,17 +273,25 @@ for k = 1, n do
   local id = ids[k]
   local run = runs[k]
   if run then
-    local tok, wk, start, q = string.match(run, '^R|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-    if tok ~= token or finished[id] then
+    local held = heldBy[token]
+    if not held then
+      held = 'R|' .. token .. '|'
+      heldBy[token] = held
+    end
+    if string.find(run, held, 1, true) ~= 1 or finished[id] then
       -- Not held with this token: finished already, or never claimed with it.
       results[k] = -2
     elseif outcome == 'ok' then
       finished[id] = true
+      if not string.find(run, lastTail, -#lastTail, true) then
+        lastQ = string.match(run, '([^|]*)$')
+        lastTail = '|' .. lastQ
+      end
       local d = #packedDone
-      packedDone[d + 1], packedDone[d + 2] = id, 'C|' .. tok .. '|' .. wk .. '|' .. start .. '|' .. q .. '|' .. nowStr .. '|' .. expiry
+      packedDone[d + 1], packedDone[d + 2] = id, 'C' .. string.sub(run, 2) .. doneSuffix
       packedIds[#packedIds + 1] = id
       leaving[#leaving + 1] = member
-      stat('f', q, -1)
+      stat('f', lastQ, -1)
       results[k] = 1
     else
       unpack_job(P, id)
