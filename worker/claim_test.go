@@ -98,3 +98,35 @@ func TestFreeSlots_RunWaitingForItsReportTakesNoSlot(t *testing.T) {
 	require.Zero(t, w.reporting)
 	require.Equal(t, 4, w.freeSlots())
 }
+
+// A round shares the free slots among as few sources as take minClaimPerSource each, and
+// visits every hot source in turn over the rounds.
+func TestNextRound_SharesFreeSlotsAmongFewSources(t *testing.T) {
+	w := newTestWorker(t)
+	for id := range shard.ID(8) {
+		w.markHot(source{"default", id}, 1)
+	}
+	seen := map[shard.ID]int{}
+	var order []source
+	var reqs []shard.ClaimRequest
+	for range 4 {
+		order, reqs = w.nextRound(order, reqs[:0], 2*minClaimPerSource)
+		require.Len(t, reqs, 2)
+		for _, r := range reqs {
+			require.Equal(t, minClaimPerSource, r.N)
+			seen[r.Shard]++
+		}
+	}
+	require.Len(t, seen, 8, "every hot source is claimed from once in four rounds")
+	for id, n := range seen {
+		require.Equal(t, 1, n, "shard %d", id)
+	}
+
+	// Fewer free slots than a source's share: one source gets them all.
+	_, reqs = w.nextRound(nil, nil, 10)
+	require.Len(t, reqs, 1)
+	require.Equal(t, 10, reqs[0].N)
+	// None free: no round.
+	_, reqs = w.nextRound(nil, nil, 0)
+	require.Empty(t, reqs)
+}

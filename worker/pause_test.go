@@ -37,27 +37,27 @@ func TestNextRound_SkipsPausedQueues(t *testing.T) {
 	w := newPauseTestWorker(t)
 	w.markAllHot()
 	w.paused["mail"] = true
-	order, reqs := w.nextRound(nil, nil, 64)
+	order, reqs := w.nextRound(nil, nil, 4*minClaimPerSource)
 	require.Equal(t, map[string]int{"default": 4}, queuesOf(reqs))
 	require.Empty(t, order)
 	n := 0
 	for _, r := range reqs {
 		n += r.N
 	}
-	require.Equal(t, 64, n, "the free slots go to the claimable sources")
+	require.Equal(t, 4*minClaimPerSource, n, "the free slots go to the claimable sources")
 	require.Len(t, w.hot, 8, "paused sources stay hot for the resume")
 
 	// A source paused while it waits in the round-robin order is skipped too.
 	delete(w.paused, "mail")
-	order, _ = w.nextRound(nil, nil, 16) // one source a round: the rest wait in order
+	order, _ = w.nextRound(nil, nil, minClaimPerSource) // one source a round: the rest wait in order
 	require.Len(t, order, 7)
 	w.paused["mail"] = true
-	_, reqs = w.nextRound(order, nil, 64)
+	_, reqs = w.nextRound(order, nil, 4*minClaimPerSource)
 	require.NotContains(t, queuesOf(reqs), "mail")
 
 	// Everything paused: no request, so the loop waits instead of spinning.
 	w.paused["default"] = true
-	order, reqs = w.nextRound(nil, nil, 64)
+	order, reqs = w.nextRound(nil, nil, 4*minClaimPerSource)
 	require.Empty(t, reqs)
 	require.Empty(t, order)
 
