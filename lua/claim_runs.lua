@@ -2,7 +2,7 @@
 -- a visibility deadline and a fresh token, and return what the handler needs.
 --
 -- KEYS[1] ready     ZSET  the queue's ready runs; score = (9-priority)*1e13 + due
--- KEYS[2] inflight  ZSET  claimed runs; score = visibility deadline ms
+-- KEYS[2] inflight  ZSET  claimed runs; score = visibility deadline ms (and common's INFLIGHT_PIN)
 -- ARGV[1] prefix    string  shard key prefix
 -- ARGV[2] n         count   most runs to claim
 -- ARGV[3] worker    string  the claiming worker's id (recorded in history)
@@ -32,7 +32,8 @@ local worker, nonce = ARGV[3], ARGV[4]
 
 local now, nowUs, nowStr = now_ms()
 local out = {}
-local inflight = {}
+-- The pin first: a new inflight set is then a skiplist from the start (common's INFLIGHT_PIN).
+local inflight = { '+inf', INFLIGHT_PIN }
 -- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
 -- printf only for this script to drop them.
 local popped = redis.call('ZRANGE', readyKey, '0', num(n - 1))
@@ -47,7 +48,7 @@ redis.call('ZREMRANGEBYRANK', readyKey, '0', num(#popped - 1))
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local packedRun = 'R|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '|' .. ARGV[5]
 local deadlines = {}
-local ni, no = 0, 0
+local ni, no = 2, 0
 
 -- file_inflight adds member to the in-flight entries with the deadline of visibility
 -- timeout vt (ms, a string; nil the default), formatted once per distinct timeout.
@@ -146,9 +147,9 @@ end
 if nr > 0 then
   redis.call('HSET', P .. PACKED_RUNS, unpack(runAdds))
 end
-if ni > 0 then
+if ni > 2 then
   redis.call('ZADD', inflightKey, unpack(inflight))
-  stat('f', ARGV[5], ni / 2)
+  stat('f', ARGV[5], ni / 2 - 1)
   flush_stats(P)
 end
 

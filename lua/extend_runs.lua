@@ -1,6 +1,6 @@
 -- extend_runs: heartbeat; push the visibility deadlines of runs a worker still holds.
 --
--- KEYS[1] inflight  ZSET  claimed runs; score = visibility deadline ms
+-- KEYS[1] inflight  ZSET  claimed runs; score = visibility deadline ms (and common's INFLIGHT_PIN)
 -- ARGV[1] prefix    string  shard key prefix
 -- ARGV[2] n         count   runs that follow
 -- then per run: member, token

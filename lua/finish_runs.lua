@@ -2,7 +2,7 @@
 -- dead-letter set), cancel, snooze, hand back; or reap runs whose visibility deadline
 -- passed (lost workers), which then take the fail path.
 --
--- KEYS[1] inflight  ZSET    claimed runs; score = visibility deadline ms
+-- KEYS[1] inflight  ZSET    claimed runs; score = visibility deadline ms (and common's INFLIGHT_PIN)
 -- KEYS[2] buckets   ZSET    index of non-empty due buckets
 -- KEYS[3] dead      ZSET    dead-letter set; score = when the run died (ms)
 -- KEYS[4] lease     STRING  `owner:epoch` of the shard's dispatcher (reap mode only)

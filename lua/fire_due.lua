@@ -4,7 +4,7 @@
 -- wake-up of a shard loop in the common case.
 --
 -- KEYS[1] buckets   ZSET    index of non-empty due buckets
--- KEYS[2] inflight  ZSET    claimed runs; score = visibility deadline ms
+-- KEYS[2] inflight  ZSET    claimed runs; score = visibility deadline ms (and common's INFLIGHT_PIN)
 -- KEYS[3] lease     STRING  `owner:epoch` of the dispatcher that owns the shard
 -- ARGV[1] prefix    string  shard key prefix
 -- ARGV[2] bucket    ms      due bucket width
@@ -241,7 +241,7 @@ end
 
 local nextDeadline = -1
 local dl = redis.call('ZRANGE', inflightKey, '0', '0', 'WITHSCORES')
-if dl[2] then
+if dl[2] and dl[1] ~= INFLIGHT_PIN then
   nextDeadline = tonumber(dl[2])
 end
 

@@ -49,7 +49,13 @@ func (k *Keys) Due(id ID, bucket int64) string {
 // Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. // ZSET
 func (k *Keys) Ready(id ID, queue string) string { return k.prefixes[id] + "ready:" + queue }
 
-// Inflight holds claimed runs; score = visibility deadline ms. // ZSET
+// InflightRunsMax is the highest score of a run in an inflight set, for ranges by score
+// that leave its pin out. Deadlines are ms since 1970: below 1e17 for a few million
+// years. ("(+inf" is the exact bound, but miniredis takes it as inclusive.)
+const InflightRunsMax = "1e17"
+
+// Inflight holds claimed runs; score = visibility deadline ms. It also holds a pin
+// scored +inf that keeps it a skiplist (lua common's INFLIGHT_PIN). // ZSET
 func (k *Keys) Inflight(id ID) string { return k.prefixes[id] + "inflight" }
 
 // Dead is the dead-letter set; score = when the run died, ms. // ZSET

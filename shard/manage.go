@@ -639,7 +639,8 @@ func (s *Store) Backlog(ctx context.Context) (int64, error) {
 	}
 	var cmds rueidis.Commands
 	for sh, qs := range perShard {
-		cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Inflight(ID(sh))).Build())
+		// The inflight set's runs: all but its pin, scored +inf (lua common's INFLIGHT_PIN).
+		cmds = append(cmds, s.c.B().Zcount().Key(s.keys.Inflight(ID(sh))).Min("-inf").Max(InflightRunsMax).Build())
 		for _, q := range qs {
 			cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Ready(ID(sh), q)).Build())
 		}

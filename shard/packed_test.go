@@ -466,8 +466,13 @@ func TestPacked_ExpireAfterRetention(t *testing.T) {
 	d, err = s.FireDue(ctx, lease.Lease, 100, 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(-1), d.NextDue)
+	// The inflight set stays, holding only its pin.
 	require.ElementsMatch(t, []string{s.Keys().Meta(), s.Keys().Stats(0), s.Keys().Lease(0), s.Keys().Epoch(0),
-		s.Keys().Ready(0, "default"), s.Keys().Packed(0), s.Keys().PackedRuns(0)}, m.Keys(), "only the new job c is left")
+		s.Keys().Ready(0, "default"), s.Keys().Packed(0), s.Keys().PackedRuns(0), s.Keys().Inflight(0)}, m.Keys(), "only the new job c is left")
+	pinned, err := m.ZMembers(s.Keys().Inflight(0))
+	require.NoError(t, err)
+	require.Len(t, pinned, 1)
+	require.NotContains(t, pinned[0], ":", "the pin is no run")
 	info, err = s.Get(ctx, "c")
 	require.NoError(t, err)
 	require.Equal(t, job.StateReady, info.State)

@@ -166,7 +166,11 @@ func TestFinished_ExpireAfterRetention(t *testing.T) {
 	require.ErrorIs(t, err, shard.ErrNotFound)
 	_, err = s.Runs(ctx, "once")
 	require.ErrorIs(t, err, shard.ErrNotFound)
-	require.Equal(t, []string{s.Keys().Meta(), s.Keys().Stats(id)}, m.Keys(), "nothing left behind but the namespace record and the queue counts")
+	require.Equal(t, []string{s.Keys().Meta(), s.Keys().Inflight(id), s.Keys().Stats(id)}, m.Keys(),
+		"nothing left behind but the namespace record, the queue counts and the inflight set's pin")
+	pinned, err := m.ZMembers(s.Keys().Inflight(id))
+	require.NoError(t, err)
+	require.Len(t, pinned, 1, "the inflight set holds only its pin")
 	qs, err := s.Queues(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []shard.QueueStats{{Queue: "default", Fired: 1}}, qs)
@@ -402,6 +406,13 @@ func testPayloadStoredCompact(t *testing.T, noPack bool) {
 		require.Equal(t, "w", runs[0].Worker)
 		require.False(t, runs[0].Start.IsZero())
 
+		if b.Mini == nil {
+			// The inflight set's pin keeps it a skiplist, also when no run is in flight.
+			c := s.Client()
+			enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(s.Keys().Inflight(0)).Build()).ToString()
+			require.NoError(t, err)
+			require.Equal(t, "skiplist", enc)
+		}
 		if b.Mini == nil && noPack {
 			// Redis keeps the job of a 100-byte payload as a listpack, before and after its run.
 			c := s.Client()

@@ -488,6 +488,15 @@ end
 --   P..'expiry:'..b   LIST  ids of the packed jobs that expire in bucket b (fire_due
 --                           deletes them once their expiry has passed)
 local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
+
+-- INFLIGHT_PIN is a member of every shard's inflight set, scored +inf, that claim_runs
+-- adds first with every claim. Longer than Redis's zset-max-listpack-value (64 by
+-- default), it makes the set a skiplist from its creation, and keeps it from ever being
+-- emptied, deleted and made again as a listpack. A listpack is searched entry by entry:
+-- adding a claim of 64 runs to one cost a quarter of the claim. No run member is like it
+-- (a run member has a ':'), no deadline is +inf, so the reaper never takes it, and
+-- readers count the set's runs by score, below +inf (shard.Store.Backlog).
+local INFLIGHT_PIN = '!inflight-skiplist-pin!-------------------------------------------------'
 -- as_table returns a field no job id can be ('') and a value longer than Redis's
 -- hash-max-listpack-value (64 by default), which create_jobs writes to both hashes: a
 -- hash with it is a hash table from then on. A small hash would otherwise be a listpack,
