@@ -265,7 +265,10 @@ local finished = {}
 -- none of the fields holds a '|' (job.ValidateID), and a pattern match costs more.
 local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
 local heldBy = {} -- token -> "R|token|", what a run held with it starts with
-local lastQ, lastTail = 'default', '|default'
+-- The queue of the last succeeded packed run, and how many of its runs in a row
+-- succeeded, counted with one stat call.
+local lastQ, lastTail, inQ = 'default', '|default', 0
+local find, sub = string.find, string.sub
 local results = {}
 local i = 9
 for k = 1, n do
@@ -278,20 +281,23 @@ for k = 1, n do
       held = 'R|' .. token .. '|'
       heldBy[token] = held
     end
-    if string.find(run, held, 1, true) ~= 1 or finished[id] then
+    if find(run, held, 1, true) ~= 1 or finished[id] then
       -- Not held with this token: finished already, or never claimed with it.
       results[k] = -2
     elseif outcome == 'ok' then
       finished[id] = true
-      if not string.find(run, lastTail, -#lastTail, true) then
-        lastQ = string.match(run, '([^|]*)$')
+      if not find(run, lastTail, -#lastTail, true) then
+        if inQ > 0 then
+          stat('f', lastQ, -inQ)
+        end
+        lastQ, inQ = string.match(run, '([^|]*)$'), 0
         lastTail = '|' .. lastQ
       end
+      inQ = inQ + 1
       local d = #packedDone
-      packedDone[d + 1], packedDone[d + 2] = id, 'C' .. string.sub(run, 2) .. doneSuffix
+      packedDone[d + 1], packedDone[d + 2] = id, 'C' .. sub(run, 2) .. doneSuffix
       packedIds[#packedIds + 1] = id
       leaving[#leaving + 1] = member
-      stat('f', lastQ, -1)
       results[k] = 1
     else
       unpack_job(P, id)
@@ -301,5 +307,8 @@ for k = 1, n do
     results[k] = finish(member, outcome, token, ARGV[i + 3], ARGV[i + 4])
   end
   i = i + 5
+end
+if inQ > 0 then
+  stat('f', lastQ, -inQ)
 end
 return { results, done() }

@@ -609,9 +609,9 @@ end
 -- packed_runs returns the job ids of run members and their packed run states (false for
 -- none), read at once.
 local function packed_runs(P, members)
-  local ids = {}
+  local ids, match = {}, string.match
   for k, m in ipairs(members) do
-    ids[k] = string.match(m, '^([^:]*)')
+    ids[k] = match(m, '^([^:]*)')
   end
   if #ids == 0 then
     return ids, {}
