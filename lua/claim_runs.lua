@@ -11,18 +11,17 @@
 --
 -- Derived keys: P..'job:'..id, P..'stats', P..'jobs:packed', P..'runs:packed'
 --
--- Returns: { now, runs, now_us, first_token } where runs holds, per claimed run, 4
---          entries: member, type, payload, and rest: '' for a first attempt whose job
---          keeps the default timeout, visibility and max attempts (its token is
---          first_token, the same for every first attempt of the call), else
---          "token|attempt|timeout ms|visibility ms|max attempts|start ms", a default
---          left empty; start is the retry time of a retry fired ahead of it (the
---          dispatcher fires up to its lead early), else empty; or, for a run of a
---          packed job (common's PACKED; always a first attempt), type '', payload the
---          job's packed value and rest '#'.
---          Every value returned costs Redis about as much as a field read: most runs
---          need three. now_us is now in microseconds (a string), which orders the claim
---          against ready signals.
+-- Returns: { now, runs, now_us, first_token } where runs holds, per claimed run in
+--          claim order, either 2 entries for a run of a packed job (common's PACKED;
+--          always a first attempt): its member and the job's packed value; or 5 for any
+--          other: '' (no member is empty), member, type, payload, and rest: '' for a
+--          first attempt whose job keeps the default timeout, visibility and max
+--          attempts, else "token|attempt|timeout ms|visibility ms|max attempts|start
+--          ms", a default left empty; start is the retry time of a retry fired ahead of
+--          it (the dispatcher fires up to its lead early), else empty. A first attempt's
+--          token is first_token, the same for every first attempt of the call.
+--          Every value returned costs Redis about as much as a field read. now_us is now
+--          in microseconds (a string), which orders the claim against ready signals.
 --- @include "common"
 
 local readyKey, inflightKey = KEYS[1], KEYS[2]
@@ -95,8 +94,8 @@ for k, member in ipairs(popped) do
     else
       file_inflight(member, string.match(pv, '^%d+|(%d+)|'))
     end
-    out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, '', pv, '#'
-    no = no + 4
+    out[no + 1], out[no + 2] = member, pv
+    no = no + 2
   else
     local jobKey = P .. 'job:' .. id
     local rf = 'r' .. due
@@ -145,8 +144,8 @@ for k, member in ipairs(popped) do
       end
       file_inflight(member, j[5])
       -- Numbers go back as the strings they are stored as; the caller parses them.
-      out[no + 1], out[no + 2], out[no + 3], out[no + 4] = member, j[1], payload, rest
-      no = no + 4
+      out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = '', member, j[1], payload, rest
+      no = no + 5
     end
   end
 end

@@ -499,6 +499,43 @@ func TestPacked_ReadByAStoreThatDoesNotPack(t *testing.T) {
 	})
 }
 
+// One claim returns runs of packed jobs and of job hashes together, each read whole, in
+// the ready set's order.
+func TestClaim_PackedAndHashedRunsTogether(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		other := reopen(t, b, shard.Config{Namespace: s.Config().Namespace, Shards: 1, NoPack: true})
+		mk := func(id string, pri int, vt time.Duration) *job.Job {
+			return &job.Job{ID: id, Type: "t-" + id, Payload: []byte("p|" + id), Priority: &pri, Visibility: vt, Schedule: job.Schedule{Now: true}}
+		}
+		// Alternating kinds, in descending priority: the claim's order.
+		_, err := s.Create(ctx, []*job.Job{mk("a", 9, 0), mk("c", 7, 2*time.Minute)})
+		require.NoError(t, err)
+		_, err = other.Create(ctx, []*job.Job{mk("b", 8, 0), mk("d", 6, time.Minute)})
+		require.NoError(t, err)
+		c, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 4)
+		vts := map[string]time.Duration{"a": job.DefaultVisibility, "b": job.DefaultVisibility, "c": 2 * time.Minute, "d": time.Minute}
+		for i, id := range []string{"a", "b", "c", "d"} {
+			require.Equal(t, id, c[i].JobID)
+			require.Equal(t, "t-"+id, c[i].Type)
+			require.Equal(t, "p|"+id, string(c[i].Payload))
+			require.Equal(t, vts[id], c[i].Visibility, id)
+			require.Equal(t, 1, c[i].Attempt)
+		}
+		var fin []shard.Finish
+		for _, r := range c {
+			fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+		}
+		errs, err := s.FinishRuns(ctx, 0, fin)
+		require.NoError(t, err)
+		require.Equal(t, []error{nil, nil, nil, nil}, errs)
+		shardtest.CheckCounts(t, s)
+	})
+}
+
 // A claim takes at most MaxClaim runs, however many it asks for: more would pass a Redis
 // command more arguments than a script can.
 func TestClaim_AtMostMaxClaim(t *testing.T) {

@@ -82,30 +82,36 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 	at := i64(reply[2])
 	firstTok := str(reply[3])
 	raw := arr(reply[1])
-	out := make([]Claimed, 0, len(raw)/4)
-	for k := 0; k+3 < len(raw); k += 4 {
+	out := make([]Claimed, 0, len(raw)/2)
+	for k := 0; k < len(raw); {
 		c := Claimed{
-			Shard: q.Shard, Member: str(raw[k]), Type: str(raw[k+1]),
-			Token: firstTok, Attempt: 1, MaxAttempts: job.DefaultMaxAttempts,
+			Shard: q.Shard, Token: firstTok, Attempt: 1, MaxAttempts: job.DefaultMaxAttempts,
 			Timeout: job.DefaultTimeout, Visibility: job.DefaultVisibility, ClaimedAt: now,
 		}
-		rest := str(raw[k+3])
-		if rest == "#" {
-			// A packed job's first attempt: its definition comes packed. Only a damaged
-			// value is unreadable; the call's runs are then redelivered (below).
-			if err := c.parsePacked(str(raw[k+2])); err != nil {
+		if member := str(raw[k]); member != "" {
+			// A packed job's first attempt: member and packed value. Only a damaged value is
+			// unreadable; the call's runs are then redelivered (below).
+			if k+1 >= len(raw) {
+				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: short reply", q.Shard, q.Queue)}
+			}
+			c.Member = member
+			if err := c.parsePacked(str(raw[k+1])); err != nil {
 				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: packed job: %w", q.Shard, q.Queue, c.Member, err)}
 			}
-			rest = ""
+			k += 2
 		} else {
-			c.Payload = []byte(str(raw[k+2]))
-		}
-		if rest != "" {
+			if k+4 >= len(raw) {
+				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: short reply", q.Shard, q.Queue)}
+			}
+			c.Member, c.Type, c.Payload = str(raw[k+1]), str(raw[k+2]), []byte(str(raw[k+3]))
 			// Only a damaged job hash gives an unreadable rest. The call's runs are then
 			// redelivered after their visibility deadlines, as a lost worker's are.
-			if err := c.parseRest(rest); err != nil {
-				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: %q: %w", q.Shard, q.Queue, c.Member, rest, err)}
+			if rest := str(raw[k+4]); rest != "" {
+				if err := c.parseRest(rest); err != nil {
+					return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: %q: %w", q.Shard, q.Queue, c.Member, rest, err)}
+				}
 			}
+			k += 5
 		}
 		var due int64
 		c.JobID, due, _ = SplitMember(c.Member)
