@@ -4,19 +4,20 @@
 # exactly from run to run, whatever else the machine is doing, unlike times: this is the
 # figure to compare when changing a script (see bench/README.md).
 #
-#   scripts/redis-cost.sh [JOBS]     (default 2000)
+#   scripts/redis-cost.sh [JOBS]     (default 20000)
 #
 # It starts a redis-server under callgrind on a free loopback port, counting only inside
 # FCALL, EVALSHA and EVAL (the scripts and the commands they call), runs BenchmarkRedisCost
 # (shard/cost_test.go) against it with JOBS jobs on 64 shards, and prints one JSON object:
 # instructions per run for create, fire, claim and ack, and per call for a fire and a
 # claim that find nothing to do. Needs valgrind, redis-server and go on PATH; it takes
-# about a minute for 2000 jobs. REDIS_SERVER names the server binary.
+# about 80 s for 20,000 jobs (with fewer, every set is a small listpack, which costs
+# differently from the sets of a real run). REDIS_SERVER names the server binary.
 #
 # Exit status: 0 success, 1 failure, 2 usage error.
 set -euo pipefail
 
-jobs=${1:-2000}
+jobs=${1:-20000}
 if ! [[ $jobs =~ ^[1-9][0-9]*$ ]] || (($# > 1)); then
   echo "usage: scripts/redis-cost.sh [JOBS]" >&2
   exit 2
