@@ -19,7 +19,8 @@ import (
 
 // BenchmarkRedisCost measures the CPU time the real redis-server spends per run in each
 // step of a one-time job's life: create, fire, claim (in batches of claimBatch per shard,
-// as a worker with 200 slots over 64 shards claims) and ack. Redis is tock's bottleneck,
+// as a worker's claim round asks each shard) and ack, each claim round acked before the
+// next. Redis is tock's bottleneck,
 // and its CPU time per run is far steadier than wall-clock rates on a shared machine,
 // so this is the figure to compare when changing a script:
 //
@@ -118,7 +119,6 @@ func BenchmarkRedisCost(b *testing.B) {
 		b.Fatalf("fired %d of %d", fired, n)
 	}
 
-	// Claim in small batches from every shard, then ack in the same batches.
 	// Claims and acks alternate, a round of each at a time, as under a worker: in-flight
 	// sets stay as small as a worker's claims keep them. Each round's CPU time is added
 	// to its step's, and each dumps its own callgrind part (redis-cost.sh adds them up).
