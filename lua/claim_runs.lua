@@ -46,17 +46,22 @@ redis.call('ZREMRANGEBYRANK', readyKey, '0', num(#popped - 1))
 -- run of the call, and one of a packed job that is due by now the same state: built once.
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
 local packedRun = 'R|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '|' .. ARGV[5]
+-- The deadline of the default visibility timeout (job.DefaultVisibility, 30 s), and of
+-- the others met, formatted once each.
+local defDeadline = num(now + 30000)
 local deadlines = {}
 local ni, no = 2, 0
 
 -- file_inflight adds member to the in-flight entries with the deadline of visibility
--- timeout vt (ms, a string; nil the default), formatted once per distinct timeout.
+-- timeout vt (ms, a string; nil or false the default).
 local function file_inflight(member, vt)
-  vt = vt or '30000'
-  local deadline = deadlines[vt]
-  if not deadline then
-    deadline = num(now + tonumber(vt))
-    deadlines[vt] = deadline
+  local deadline = defDeadline
+  if vt then
+    deadline = deadlines[vt]
+    if not deadline then
+      deadline = num(now + tonumber(vt))
+      deadlines[vt] = deadline
+    end
   end
   inflight[ni + 1], inflight[ni + 2] = deadline, member
   ni = ni + 2
@@ -72,7 +77,6 @@ local runAdds, nr = {}, 0
 -- The packed runs' work, the most common, inlined: each Lua function call and global
 -- lookup costs about as much as a table write.
 local byte, nowLen = string.byte, #nowStr
-local defDeadline = num(now + 30000)
 for k, member in ipairs(popped) do
   local id, due = ids[k], dues[k]
   local pv = packed[k]

@@ -151,8 +151,8 @@ for _, b in ipairs(buckets) do
     packed = redis.call('HMGET', P .. PACKED, unpack(ids))
   end
   -- The bucket's removals, and the ready runs and count of the queue of the packed run
-  -- before (most runs of a call share a queue): what unfile_later and add_ready do,
-  -- inlined for the packed runs, the most common.
+  -- before (most runs of a call share a queue): unfile_later and add_ready, with their
+  -- lists and counts kept across the packed runs, the most common.
   local unfiled, readyQ, adds, inQ
   for k, member in ipairs(due) do
     count = count + 1
@@ -168,26 +168,13 @@ for _, b in ipairs(buckets) do
         if inQ then
           stat('s', readyQ, -inQ)
         end
-        if not readyAdds then
-          readyAdds, readyQueues = {}, {}
-        end
-        readyQ, adds, inQ = q, group(readyAdds, readyQueues, q), 0
+        readyQ, adds, inQ = q, ready_list(q), 0
       end
       inQ = inQ + 1
-      if not unfiled then
-        if not unfiles then
-          unfiles, unfileBuckets = {}, {}
-        end
-        unfiled = group(unfiles, unfileBuckets, b)
-      end
+      unfiled = unfiled or unfile_list(b)
       unfiled[#unfiled + 1] = member
-      local digit = PRI_DIGIT[pri == '' and '5' or pri]
       local a = #adds
-      if digit and #d == 13 then
-        adds[a + 1], adds[a + 2] = digit .. d, member
-      else
-        adds[a + 1], adds[a + 2] = ready_score_str(pri, d), member
-      end
+      adds[a + 1], adds[a + 2] = ready_score_str(pri, d), member
       fired = fired + 1
       firedPacked[#firedPacked + 1], firedPacked[#firedPacked + 2] = id, 'F'
     else

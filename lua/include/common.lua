@@ -137,12 +137,17 @@ end
 -- ZREM per bucket by flush_unfile. unfile_later takes the bucket number as a string.
 local unfiles, unfileBuckets
 
-local function unfile_later(b, member, q)
-  stat('s', q, -1)
+-- unfile_list returns the list of members collected for removal from bucket b.
+local function unfile_list(b)
   if not unfiles then
     unfiles, unfileBuckets = {}, {}
   end
-  local l = group(unfiles, unfileBuckets, b)
+  return group(unfiles, unfileBuckets, b)
+end
+
+local function unfile_later(b, member, q)
+  stat('s', q, -1)
+  local l = unfile_list(b)
   l[#l + 1] = member
 end
 
@@ -227,12 +232,16 @@ end
 -- Additions to ready sets are collected and sent as one ZADD per queue by flush_ready.
 local readyAdds, readyQueues
 
-local function add_ready(q, pri, due, member)
-  q = field(q, 'default')
+-- ready_list returns the list (score, member, ...) collected for queue q's ready set.
+local function ready_list(q)
   if not readyAdds then
     readyAdds, readyQueues = {}, {}
   end
-  local adds = group(readyAdds, readyQueues, q)
+  return group(readyAdds, readyQueues, q)
+end
+
+local function add_ready(q, pri, due, member)
+  local adds = ready_list(field(q, 'default'))
   local k = #adds
   adds[k + 1], adds[k + 2] = ready_score_str(pri, due), member
 end
