@@ -403,8 +403,20 @@ func createRetrying(ctx context.Context, store *shard.Store, j *job.Job) (bool, 
 // killWorker kills the first worker, which must have started runs by then (so the
 // scenario tests something).
 func killWorker(d *deployment) error {
+	// The victim must hold work when it dies. Under load (-race, a busy machine) it can
+	// still be starting, or the other worker's claims can have taken every run so far:
+	// wait for its first run, for a while, rather than kill an idle process.
+	runs := filepath.Join(d.dir, d.workers[0].name+".runs")
+	var b []byte
+	var err error
+	start := time.Now()
+	for ; ; time.Sleep(50 * time.Millisecond) {
+		if b, err = os.ReadFile(runs); (err == nil && len(b) > 0) || time.Since(start) > 10*time.Second {
+			break
+		}
+	}
+	d.t.Logf("%s killed %v after the fault was due", d.workers[0].name, time.Since(start).Round(time.Millisecond))
 	kill(d.workers[0])
-	b, err := os.ReadFile(filepath.Join(d.dir, d.workers[0].name+".runs"))
 	if err != nil || len(b) == 0 {
 		return fmt.Errorf("the killed worker had run nothing (%v)", err)
 	}
