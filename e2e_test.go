@@ -339,7 +339,11 @@ func TestE2E_CancelSnoozeAndWorkerCancel(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, changed, "second cancel is a no-op")
 
-		<-started
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the blocking run did not start")
+		}
 		_, changed, err = tb.client.Cancel(ctx, "running")
 		require.NoError(t, err)
 		require.True(t, changed)
@@ -515,7 +519,11 @@ func TestE2E_WorkerStopHandsBack(t *testing.T) {
 		tb.dispatcher("d", time.Second)
 		_, err := tb.client.Create(ctx, &job.Job{ID: "slow", Type: "t", Schedule: job.Schedule{Now: true}})
 		require.NoError(t, err)
-		<-started
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the blocking run did not start")
+		}
 		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		require.ErrorIs(t, w.Stop(sctx), context.DeadlineExceeded)

@@ -85,7 +85,7 @@ func TestWorker_RunsFiredAheadStartAtTheirDueTime(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, w.Start(ctx))
-		defer func() { _ = w.Stop(context.Background()) }()
+		defer func() { stopSoon(w) }()
 		d, err := dispatcher.New(dispatcher.Config{Store: s, Name: "lead", Lead: time.Second})
 		require.NoError(t, err)
 		require.NoError(t, d.Start(ctx))

@@ -97,7 +97,7 @@ func TestWorker_Metrics(t *testing.T) {
 		stopped := false
 		t.Cleanup(func() {
 			if !stopped {
-				_ = w.Stop(context.Background())
+				stopSoon(w)
 			}
 		})
 
@@ -123,7 +123,11 @@ func TestWorker_Metrics(t *testing.T) {
 		// A handler interrupted by shutdown: handed back.
 		_, err = s.Create(ctx, []*job.Job{{ID: "block", Type: "block", Schedule: now}})
 		require.NoError(t, err)
-		<-started
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the blocking run did not start")
+		}
 		sctx, cancel := context.WithCancel(ctx)
 		cancel() // no grace
 		stopped = true
@@ -150,4 +154,12 @@ func TestWorker_MetricsNilIsNoop(t *testing.T) {
 	require.NotNil(t, w.cfg.Metrics)
 	w.cfg.Metrics.RunsClaimed("default", 1)
 	w.cfg.Metrics.RunFinished("default", OutcomeSucceeded, 0, 0)
+}
+
+// stopSoon stops w in a test's cleanup, cancelling handlers still running after five
+// seconds, so that a failed test never waits forever for a blocked handler.
+func stopSoon(w *Worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = w.Stop(ctx)
 }

@@ -144,7 +144,7 @@ func TestWorker_PauseQueue(t *testing.T) {
 		w.afterSweep = func() { sweeps.Add(1) }
 		w.HandleFunc("t", func(context.Context, *Run) error { return nil })
 		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		t.Cleanup(func() { stopSoon(w) })
 
 		// checkHeld creates n ready runs on default and shows that the worker does not
 		// claim them: a job on the other queue, created after them, runs, and the claim

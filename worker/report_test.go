@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,19 +26,21 @@ func TestReport_RetriedUntilRedisTakesIt(t *testing.T) {
 	require.NoError(t, err)
 	var calls atomic.Int32
 	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
 	w.HandleFunc("t", func(context.Context, *Run) error {
 		calls.Add(1)
 		<-release
 		return nil
 	})
 	require.NoError(t, w.Start(ctx))
-	defer func() { _ = w.Stop(ctx) }()
+	// A failed check must not leave the handler blocked: Stop would wait for it forever.
+	defer func() { releaseOnce(); _ = w.Stop(ctx) }()
 	_, err = s.Create(ctx, []*job.Job{{ID: "a", Type: "t", Schedule: job.Schedule{Now: true}}})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 15*time.Second, 5*time.Millisecond)
 
 	m.SetError("LOADING Redis is loading the dataset in memory")
-	close(release)
+	releaseOnce()
 	// Longer than the four tries of the reporter before this change.
 	time.Sleep(1500 * time.Millisecond)
 	w.mu.Lock()
@@ -48,7 +51,7 @@ func TestReport_RetriedUntilRedisTakesIt(t *testing.T) {
 	require.Eventually(t, func() bool {
 		info, err := s.Get(ctx, "a")
 		return err == nil && info.State == job.StateCompleted
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 15*time.Second, 10*time.Millisecond)
 	w.mu.Lock()
 	require.Empty(t, w.held)
 	w.mu.Unlock()
