@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,8 @@ type BareResult struct {
 	Batch            int     `json:"batch"`
 	Streams          int     `json:"streams"`
 	Payload          int     `json:"payload"`
+	// Procs is the GOMAXPROCS the scenario ran with (tock bench's --procs).
+	Procs int `json:"procs"`
 }
 
 // The bare pipeline's scripts. Promote moves up to ARGV[2] members due by ARGV[1] (ms)
@@ -108,7 +111,8 @@ func Bare(ctx context.Context, cfg BareConfig) (*BareResult, error) {
 		return nil, err
 	}
 	defer e.close(ctx)
-	res := &BareResult{Scenario: "bare", Backend: e.backend, Jobs: cfg.Jobs, Batch: cfg.Batch, Streams: cfg.Streams, Payload: cfg.Payload}
+	res := &BareResult{Scenario: "bare", Backend: e.backend, Jobs: cfg.Jobs, Batch: cfg.Batch, Streams: cfg.Streams, Payload: cfg.Payload,
+		Procs: runtime.GOMAXPROCS(0)}
 	body := string(payload(cfg.Payload))
 
 	var mu sync.Mutex

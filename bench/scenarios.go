@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,8 @@ type FireResult struct {
 	Window           string  `json:"window"`
 	Concurrency      int     `json:"concurrency"`
 	Payload          int     `json:"payload"`
+	// Procs is the GOMAXPROCS the scenario ran with (tock bench's --procs).
+	Procs int `json:"procs"`
 }
 
 // Fire schedules cfg.Jobs one-time jobs due uniformly across cfg.Window, starting
@@ -85,7 +88,8 @@ func Fire(ctx context.Context, cfg FireConfig) (*FireResult, error) {
 	}
 	defer e.close(ctx)
 	res := &FireResult{Scenario: "fire", Backend: e.backend, Shards: e.store.Shards(), Jobs: cfg.Jobs,
-		Pending: cfg.Pending, Window: cfg.Window.String(), Concurrency: cfg.Concurrency, Payload: cfg.Payload}
+		Pending: cfg.Pending, Window: cfg.Window.String(), Concurrency: cfg.Concurrency, Payload: cfg.Payload,
+		Procs: runtime.GOMAXPROCS(0)}
 
 	// Runs are identified by job index; count each handler start.
 	seen := make([]atomic.Int32, cfg.Jobs)
@@ -219,6 +223,8 @@ type ThroughputResult struct {
 	// processed job, in µs (0 on the embedded Redis).
 	RedisCPUUsPerRun float64 `json:"redis_cpu_us_per_run,omitempty"`
 	Concurrency      int     `json:"concurrency"`
+	// Procs is the GOMAXPROCS the scenario ran with (tock bench's --procs).
+	Procs int `json:"procs"`
 }
 
 // Throughput creates cfg.Jobs immediate jobs, then processes them with no-op handlers
@@ -235,7 +241,8 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (*ThroughputResult, e
 		return nil, err
 	}
 	defer e.close(ctx)
-	res := &ThroughputResult{Scenario: "throughput", Backend: e.backend, Shards: e.store.Shards(), Jobs: cfg.Jobs, Concurrency: cfg.Concurrency}
+	res := &ThroughputResult{Scenario: "throughput", Backend: e.backend, Shards: e.store.Shards(), Jobs: cfg.Jobs, Concurrency: cfg.Concurrency,
+		Procs: runtime.GOMAXPROCS(0)}
 	body := payload(cfg.Payload)
 	p := newProgress(cfg.Progress, "enqueue", cfg.Jobs)
 	took, err := e.createAll(ctx, cfg.Jobs, p.update, func(i int) *job.Job {

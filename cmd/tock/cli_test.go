@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -417,4 +418,38 @@ func TestBench_FireLead(t *testing.T) {
 	require.Equal(t, 20, res.Fired)
 	require.Zero(t, res.Early)
 	require.Less(t, res.ClaimAheadMs.Max, 1.0, "without a lead no run is claimed ahead")
+}
+
+// tock bench leaves the Redis server a core of its own when it runs on this machine, and
+// reports the GOMAXPROCS it ran with.
+func TestBench_Procs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		redis []string
+		cpus  int
+		want  int
+	}{
+		{nil, 8, 0}, // the embedded Redis runs in this process
+		{[]string{"127.0.0.1:6379"}, 2, 1},
+		{[]string{"localhost:6379", "[::1]:7000", "127.0.0.2:7001"}, 8, 7},
+		{[]string{"127.0.0.1:6379", "10.0.0.5:6379"}, 8, 0}, // a remote master
+		{[]string{"redis.internal:6379"}, 8, 0},
+		{[]string{"127.0.0.1:6379"}, 1, 0},
+	} {
+		require.Equal(t, tc.want, autoProcs(tc.redis, tc.cpus), "%v on %d CPUs", tc.redis, tc.cpus)
+	}
+
+	r := runTock(t, context.Background(), nil, "", "bench", "throughput", "--procs", "-1", "--jobs", "10")
+	require.ErrorContains(t, r.err, "--procs -1: want 0 (automatic) or more")
+	before := runtime.GOMAXPROCS(0)
+	r = runTock(t, context.Background(), nil, "", "bench", "throughput", "--procs", "1", "--jobs", "20", "--json")
+	require.NoError(t, r.err)
+	var res struct {
+		Processed int `json:"processed"`
+		Procs     int `json:"procs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.out), &res), r.out)
+	require.Equal(t, 20, res.Processed)
+	require.Equal(t, 1, res.Procs)
+	require.Equal(t, before, runtime.GOMAXPROCS(0), "restored afterwards")
 }
