@@ -45,7 +45,8 @@ func (b *stepBundle) at(d time.Duration) {
 
 func (b *stepBundle) ready() []string {
 	c := b.store.Client()
-	out, err := c.Do(context.Background(), c.B().Zrange().Key(b.store.Keys().Ready(0, "default")).Min("0").Max("-1").Build()).AsStrSlice()
+	// Below +inf: the set's pin is no run.
+	out, err := c.Do(context.Background(), c.B().Zrange().Key(b.store.Keys().Ready(0, "default")).Min("-inf").Max(shard.RunScoreMax).Byscore().Build()).AsStrSlice()
 	require.NoError(b.t, err)
 	return out
 }

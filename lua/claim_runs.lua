@@ -1,7 +1,8 @@
 -- claim_runs: pop up to n runs from a queue's ready set, file them in the inflight set with
 -- a visibility deadline and a fresh token, and return what the handler needs.
 --
--- KEYS[1] ready     ZSET  the queue's ready runs; score = (9-priority)*1e13 + due
+-- KEYS[1] ready     ZSET  the queue's ready runs; score = (9-priority)*1e13 + due (and
+--                         common's READY_PIN)
 -- KEYS[2] inflight  ZSET  claimed runs; score = visibility deadline ms (and common's INFLIGHT_PIN)
 -- ARGV[1] prefix    string  shard key prefix
 -- ARGV[2] n         count   most runs to claim
@@ -36,6 +37,10 @@ local inflight = { '+inf', INFLIGHT_PIN }
 -- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
 -- printf only for this script to drop them.
 local popped = redis.call('ZRANGE', readyKey, '0', num(n - 1))
+-- Fewer runs than asked for: the last member is the set's pin (common's READY_PIN).
+if popped[#popped] == READY_PIN then
+  popped[#popped] = nil
+end
 -- A first attempt gets the same token in every run of the call.
 local firstTok = '1-' .. nonce
 if #popped == 0 then

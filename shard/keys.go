@@ -46,13 +46,15 @@ func (k *Keys) Due(id ID, bucket int64) string {
 	return k.prefixes[id] + "due:" + strconv.FormatInt(bucket, 10)
 }
 
-// Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. // ZSET
+// Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. It also holds a
+// pin scored +inf that keeps it a skiplist (lua common's READY_PIN). // ZSET
 func (k *Keys) Ready(id ID, queue string) string { return k.prefixes[id] + "ready:" + queue }
 
-// InflightRunsMax is the highest score of a run in an inflight set, for ranges by score
-// that leave its pin out. Deadlines are ms since 1970: below 1e17 for a few million
-// years. ("(+inf" is the exact bound, but miniredis takes it as inclusive.)
-const InflightRunsMax = "1e17"
+// RunScoreMax is the highest score of a run in an inflight or ready set, for ranges by
+// score that leave the set's pin (scored +inf) out. Deadlines are ms since 1970, ready
+// scores (9-priority)*1e13 plus one: below 1e17 for a few million years. ("(+inf" is the
+// exact bound, but miniredis takes it as inclusive.)
+const RunScoreMax = "1e17"
 
 // Inflight holds claimed runs; score = visibility deadline ms. It also holds a pin
 // scored +inf that keeps it a skiplist (lua common's INFLIGHT_PIN). // ZSET

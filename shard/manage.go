@@ -562,12 +562,13 @@ func (s *Store) Queues(ctx context.Context) ([]QueueStats, error) {
 		}
 		byQueue[q].Paused = true
 	}
-	// Ready counts: ZCARD of each queue's ready set on each shard that knows the queue.
+	// Ready counts: the runs of each queue's ready set on each shard that knows the queue,
+	// all but its pin, scored +inf (lua common's READY_PIN).
 	var cmds rueidis.Commands
 	var who []*QueueStats
 	for sh, qs := range perShard {
 		for _, q := range qs {
-			cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Ready(ID(sh), q)).Build())
+			cmds = append(cmds, s.c.B().Zcount().Key(s.keys.Ready(ID(sh), q)).Min("-inf").Max(RunScoreMax).Build())
 			who = append(who, byQueue[q])
 		}
 	}
@@ -639,10 +640,11 @@ func (s *Store) Backlog(ctx context.Context) (int64, error) {
 	}
 	var cmds rueidis.Commands
 	for sh, qs := range perShard {
-		// The inflight set's runs: all but its pin, scored +inf (lua common's INFLIGHT_PIN).
-		cmds = append(cmds, s.c.B().Zcount().Key(s.keys.Inflight(ID(sh))).Min("-inf").Max(InflightRunsMax).Build())
+		// The sets' runs: all but their pins, scored +inf (lua common's INFLIGHT_PIN and
+		// READY_PIN).
+		cmds = append(cmds, s.c.B().Zcount().Key(s.keys.Inflight(ID(sh))).Min("-inf").Max(RunScoreMax).Build())
 		for _, q := range qs {
-			cmds = append(cmds, s.c.B().Zcard().Key(s.keys.Ready(ID(sh), q)).Build())
+			cmds = append(cmds, s.c.B().Zcount().Key(s.keys.Ready(ID(sh), q)).Min("-inf").Max(RunScoreMax).Build())
 		}
 	}
 	var total int64

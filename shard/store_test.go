@@ -166,11 +166,13 @@ func TestFinished_ExpireAfterRetention(t *testing.T) {
 	require.ErrorIs(t, err, shard.ErrNotFound)
 	_, err = s.Runs(ctx, "once")
 	require.ErrorIs(t, err, shard.ErrNotFound)
-	require.Equal(t, []string{s.Keys().Meta(), s.Keys().Inflight(id), s.Keys().Stats(id)}, m.Keys(),
-		"nothing left behind but the namespace record, the queue counts and the inflight set's pin")
-	pinned, err := m.ZMembers(s.Keys().Inflight(id))
-	require.NoError(t, err)
-	require.Len(t, pinned, 1, "the inflight set holds only its pin")
+	require.Equal(t, []string{s.Keys().Meta(), s.Keys().Inflight(id), s.Keys().Ready(id, "default"), s.Keys().Stats(id)}, m.Keys(),
+		"nothing left behind but the namespace record, the queue counts and the sets' pins")
+	for _, key := range []string{s.Keys().Inflight(id), s.Keys().Ready(id, "default")} {
+		pinned, err := m.ZMembers(key)
+		require.NoError(t, err)
+		require.Len(t, pinned, 1, "%s holds only its pin", key)
+	}
 	qs, err := s.Queues(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []shard.QueueStats{{Queue: "default", Fired: 1}}, qs)
@@ -768,5 +770,79 @@ func TestFireDue_LeadFiresAhead(t *testing.T) {
 		require.Equal(t, 1, again.Attempt, "a snooze uses no attempt")
 		require.WithinRange(t, again.StartAt, again.ClaimedAt.Add(59*time.Minute), again.ClaimedAt.Add(61*time.Minute))
 		require.Contains(t, runField("r", r.Due), "|w|"+strconv.FormatInt(again.StartAt.UnixMilli(), 10)+"|")
+	})
+}
+
+// A ready set holds a pin that keeps it a skiplist (lua common's READY_PIN): claims never
+// return or remove it, and the counts leave it out.
+func TestReadySet_PinIsNoRun(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		now := job.Schedule{Now: true}
+		low, high, first := 0, 9, 7
+		_, err := s.Create(ctx, []*job.Job{
+			{ID: "low", Type: "t", Priority: &low, Schedule: now},
+			{ID: "mid", Type: "t", Schedule: now},
+			{ID: "high", Type: "t", Priority: &high, Schedule: now},
+		})
+		require.NoError(t, err)
+		c := s.Client()
+		key := s.Keys().Ready(0, "default")
+		if b.Mini == nil {
+			enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(key).Build()).ToString()
+			require.NoError(t, err)
+			require.Equal(t, "skiplist", enc, "three runs, and a skiplist already")
+		}
+		ready := func() int64 {
+			t.Helper()
+			qs, err := s.Queues(ctx)
+			require.NoError(t, err)
+			require.Len(t, qs, 1)
+			return qs[0].Ready
+		}
+		backlog := func() int64 {
+			t.Helper()
+			n, err := s.Backlog(ctx)
+			require.NoError(t, err)
+			return n
+		}
+		require.Equal(t, int64(3), ready())
+		require.Equal(t, int64(3), backlog())
+
+		// A claim asking for more than there is gets the runs, in priority order, and leaves
+		// the pin.
+		claimed, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		var ids []string
+		for _, r := range claimed {
+			ids = append(ids, r.JobID)
+		}
+		require.Equal(t, []string{"high", "mid", "low"}, ids)
+		require.Zero(t, ready())
+		require.Equal(t, int64(3), backlog(), "in flight")
+		n, err := c.Do(ctx, c.B().Zcard().Key(key).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "the pin stays")
+		again, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Empty(t, again)
+
+		// Runs added to the pinned set are claimed as before.
+		_, err = s.Create(ctx, []*job.Job{{ID: "next", Type: "t", Schedule: now}, {ID: "first", Type: "t", Priority: &first, Schedule: now}})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), ready())
+		one, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, one, 1)
+		require.Equal(t, "first", one[0].JobID)
+		require.Equal(t, int64(1), ready())
+		var fin []shard.Finish
+		for _, r := range append(claimed, one...) {
+			fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+		}
+		_, err = s.FinishRuns(ctx, 0, fin)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), backlog(), "the run still ready")
 	})
 }

@@ -4,7 +4,7 @@
 --   P..'job:'..id      HASH  job definition and state
 --   job field 'r'..due       one run of the job (see run_get); member = id..':'..due_ms
 --   P..'due:'..bucket  ZSET  runs due in one bucket; score = when they become ready (ms)
---   P..'ready:'..queue ZSET  ready runs; score = (9-priority)*1e13 + due_ms
+--   P..'ready:'..queue ZSET  ready runs; score = (9-priority)*1e13 + due_ms (and READY_PIN)
 --   job field 'h'            recent runs of a job: cjson entries, newest first, one per line
 --   job field 'hs'           the due time of a one-time job's run that succeeded on the
 --                            ack's fast path: its entry, newest of all, is not in 'h' but
@@ -229,6 +229,16 @@ local function ready_score_str(pri, due)
   return num(ready_score(pri, due))
 end
 
+-- READY_PIN is a member of every ready set, scored +inf, that flush_ready adds first with
+-- every write: like INFLIGHT_PIN (below), it keeps the set a skiplist. A listpack of
+-- ready runs was searched from its start for every run a fire added (a new run sorts
+-- last), a third of the cost of a fire of 64 runs. No ready score is +inf, so
+-- the pin sorts after every run: claim_runs drops it when it pops fewer runs than it
+-- asked for, and readers count the runs below +inf (shard.RunScoreMax). Its ':0' makes
+-- it the run of a job that does not exist (job ids have no '!') to a claim_runs of an
+-- earlier version, which drops it as an orphan.
+local READY_PIN = '!ready-skiplist-pin!----------------------------------------------------:0'
+
 -- Additions to ready sets are collected and sent as one ZADD per queue by flush_ready.
 local readyAdds, readyQueues
 
@@ -254,8 +264,11 @@ local function flush_ready(P)
   for _, q in ipairs(readyQueues) do
     local adds = readyAdds[q]
     stat('n', q, #adds / 2)
-    for k = 1, #adds, 6000 do
-      redis.call('ZADD', P .. 'ready:' .. q, unpack(adds, k, math.min(k + 5999, #adds)))
+    local key = P .. 'ready:' .. q
+    -- The pin first: a new ready set is then a skiplist from the start (READY_PIN).
+    redis.call('ZADD', key, '+inf', READY_PIN, unpack(adds, 1, math.min(5998, #adds)))
+    for k = 5999, #adds, 6000 do
+      redis.call('ZADD', key, unpack(adds, k, math.min(k + 5999, #adds)))
     end
   end
   return readyQueues
@@ -506,6 +519,7 @@ local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
 -- (a run member has a ':'), no deadline is +inf, so the reaper never takes it, and
 -- readers count the set's runs by score, below +inf (shard.Store.Backlog).
 local INFLIGHT_PIN = '!inflight-skiplist-pin!-------------------------------------------------'
+
 -- as_table returns a field no job id can be ('') and a value longer than Redis's
 -- hash-max-listpack-value (64 by default), which create_jobs writes to both hashes: a
 -- hash with it is a hash table from then on. A small hash would otherwise be a listpack,

@@ -87,7 +87,7 @@ func CheckCounts(t testing.TB, s *shard.Store) {
 			add(qs[jobID], 0)
 		}
 		// Below +inf: the set's pin is no run.
-		inflight, err := rc.Do(ctx, rc.B().Zrange().Key(k.Inflight(id)).Min("-inf").Max(shard.InflightRunsMax).Byscore().Build()).AsStrSlice()
+		inflight, err := rc.Do(ctx, rc.B().Zrange().Key(k.Inflight(id)).Min("-inf").Max(shard.RunScoreMax).Byscore().Build()).AsStrSlice()
 		require.NoError(t, err)
 		count(id, inflight, 1)
 		count(id, zrange(k.Dead(id)), 2)
