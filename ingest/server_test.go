@@ -120,7 +120,12 @@ func TestServer_GracefulStop(t *testing.T) {
 		}
 		got <- reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...)}
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case r := <-got:
+		close(release)
+		t.Fatalf("the request ended before its handler blocked: %d %s", r.status, r.body)
+	}
 
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()
