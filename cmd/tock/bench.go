@@ -80,7 +80,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&verbose, "v", false, "log engine errors to stderr")
 	var cpuProfile string
 	var procs int
-	fs.IntVar(&procs, "procs", 0, "Go threads running tock's code at once (GOMAXPROCS); 0: one fewer than the CPUs when every --redis address is a loopback one (the Redis server keeps a core of its own), else the Go default (env GOMAXPROCS, or all CPUs)")
+	fs.IntVar(&procs, "procs", 0, "Go threads running tock's code at once (GOMAXPROCS); 0: the GOMAXPROCS environment variable when set, else one fewer than the CPUs when every --redis address is a loopback one (the Redis server keeps a core of its own), else all CPUs")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (load generator, dispatchers and workers) to this file, for go tool pprof")
 	if scenario == "fire" {
 		fs.DurationVar(&window, "window", 10*time.Second, "jobs are due uniformly across this window")
