@@ -150,10 +150,13 @@ for _, b in ipairs(buckets) do
   if #due > 0 then
     packed = redis.call('HMGET', P .. PACKED, unpack(ids))
   end
-  -- The bucket's removals, and the ready runs and count of the queue of the packed run
-  -- before (most runs of a call share a queue): unfile_later and add_ready, with their
-  -- lists and counts kept across the packed runs, the most common.
-  local unfiled, readyQ, adds, inQ
+  -- The bucket's removals of packed runs, and the ready runs and count of the queue of
+  -- the packed run before (most runs of a call share a queue): unfile_later and
+  -- add_ready, with their lists and counts kept across the packed runs, the most common.
+  local unfiled, readyQ, adds, inQ = {}
+  -- Whether every entry read is a packed run: none of them is left in the bucket, and no
+  -- call changed the bucket since the read.
+  local packedOnly = true
   for k, member in ipairs(due) do
     count = count + 1
     local id, d = ids[k], dues[k]
@@ -171,13 +174,13 @@ for _, b in ipairs(buckets) do
         readyQ, adds, inQ = q, ready_list(q), 0
       end
       inQ = inQ + 1
-      unfiled = unfiled or unfile_list(b)
       unfiled[#unfiled + 1] = member
       local a = #adds
       adds[a + 1], adds[a + 2] = ready_score_str(pri, d), member
       fired = fired + 1
       firedPacked[#firedPacked + 1], firedPacked[#firedPacked + 2] = id, 'F'
     else
+      packedOnly = false
       local jobKey = P .. 'job:' .. id
       -- The fields every entry needs; a retry's run and a cron job's plan are read when met.
       local j = redis.call('HMGET', jobKey, 'st', 'rl', 'q', 'pr', 'sk')
@@ -213,6 +216,18 @@ for _, b in ipairs(buckets) do
   end
   if inQ then
     stat('s', readyQ, -inQ)
+  end
+  if #unfiled > 0 then
+    local l = unfile_list(b) -- listed either way: flush_unfile drops the bucket once empty
+    if packedOnly then
+      -- The entries read are the bucket's first by rank (ZRANGEBYSCORE from -inf): removed
+      -- by rank, without a search for each.
+      redis.call('ZREMRANGEBYRANK', dueKey, '0', num(#unfiled - 1))
+    else
+      for _, m in ipairs(unfiled) do
+        l[#l + 1] = m
+      end
+    end
   end
 end
 if #firedPacked > 0 then

@@ -547,6 +547,72 @@ func TestFireDue_NextDue(t *testing.T) {
 	require.Zero(t, buckets())
 }
 
+// A fire takes the packed runs it reads out of their due bucket, whether the bucket holds
+// only packed runs (the runs past the limit stay, in due order) or also other entries (a
+// cron occurrence stays for Fire, a job hash's run leaves).
+func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_800_000_000_000).Truncate(time.Minute) // a bucket boundary
+	s, m := frozen(t, t0, shard.Config{Shards: 1, BucketSize: time.Minute})
+	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
+	require.True(t, lease.Held)
+	c := s.Client()
+	bucket := s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())
+	left := func() []string {
+		t.Helper()
+		out, err := c.Do(ctx, c.B().Zrange().Key(bucket).Min("0").Max("-1").Build()).AsStrSlice()
+		require.NoError(t, err)
+		return out
+	}
+	fire := func(at time.Duration, limit int) *shard.Due {
+		t.Helper()
+		m.SetTime(t0.Add(at))
+		d, err := s.FireDue(ctx, lease.Lease, limit, 0)
+		require.NoError(t, err)
+		return d
+	}
+	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
+	create := func(j *job.Job) {
+		t.Helper()
+		_, err := s.Create(ctx, []*job.Job{j})
+		require.NoError(t, err)
+	}
+	once := func(id string, at time.Duration) *job.Job {
+		return &job.Job{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}
+	}
+
+	// Packed runs only, more due than the limit: the first ones by due time leave.
+	for i, at := range []time.Duration{12 * time.Second, 10 * time.Second, 11 * time.Second} {
+		create(once("p"+strconv.Itoa(i), at))
+	}
+	d := fire(13*time.Second, 2)
+	require.Equal(t, 2, d.Fired)
+	require.Equal(t, []string{member("p0", 12*time.Second)}, left())
+	require.Equal(t, 1, fire(13*time.Second, 100).Fired)
+	require.Empty(t, left())
+
+	// A cron occurrence and a job hash's run among packed runs.
+	create(&job.Job{ID: "cron", Type: "t", Schedule: job.Schedule{Cron: "20 * * * * *"}})
+	create(once("a", 21*time.Second))
+	create(once("u", 22*time.Second))
+	create(once("b", 23*time.Second))
+	pri := 7
+	_, err := s.Update(ctx, "u", shard.Update{Priority: &pri}) // unpacks it
+	require.NoError(t, err)
+	require.Len(t, left(), 4)
+	d = fire(30*time.Second, 100)
+	require.Equal(t, 3, d.Fired)
+	require.Len(t, d.Cron, 1)
+	require.Equal(t, []string{member("cron", 20*time.Second)}, left(), "the occurrence waits for Fire")
+	claimed, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range claimed {
+		ids = append(ids, r.JobID)
+	}
+	require.ElementsMatch(t, []string{"p0", "p1", "p2", "a", "u", "b"}, ids)
+}
+
 // What an acknowledged one-time run leaves in its job's hash, field by field: the run's
 // state with the token cleared, the job completed with no active run, one compact history
 // entry, and the job's expiry.
