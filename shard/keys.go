@@ -52,8 +52,8 @@ func (k *Keys) Ready(id ID, queue string) string { return k.prefixes[id] + "read
 
 // RunScoreMax is the highest score of a run in an inflight or ready set, for ranges by
 // score that leave the set's pin (scored +inf) out. Deadlines are ms since 1970, ready
-// scores (9-priority)*1e13 plus a due time in ms: below 1e17 for a few million years. ("(+inf" is the
-// exact bound, but miniredis takes it as inclusive.)
+// scores (9-priority)*1e13 plus a due time in ms: below 1e17 for a few million years.
+// ("(+inf" is the exact bound, but miniredis takes it as inclusive.)
 const RunScoreMax = "1e17"
 
 // Inflight holds claimed runs; score = visibility deadline ms. It also holds a pin

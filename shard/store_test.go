@@ -493,19 +493,28 @@ func TestFireDue_SignalsReadyQueues(t *testing.T) {
 // bucket it just fired from or in a later one, and now when more is due than it took. An
 // emptied bucket leaves the index; one that still holds runs stays. (The clock is moved,
 // so miniredis only.)
-func TestFireDue_NextDue(t *testing.T) {
+// firingShard returns a store of one shard with one-minute buckets on a miniredis whose
+// clock stands at t0, a bucket boundary, and fire, which moves the clock to at and fires
+// the shard (up to limit entries, no lead) under a lease held for the test.
+func firingShard(t *testing.T) (s *shard.Store, t0 time.Time, fire func(at time.Time, limit int) *shard.Due) {
+	t.Helper()
 	ctx := context.Background()
-	t0 := time.UnixMilli(1_800_000_000_000).Truncate(time.Minute) // a bucket boundary
+	t0 = time.UnixMilli(1_800_000_000_000).Truncate(time.Minute)
 	s, m := frozen(t, t0, shard.Config{Shards: 1, BucketSize: time.Minute})
 	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
 	require.True(t, lease.Held)
-	fire := func(at time.Time, limit int) *shard.Due {
+	return s, t0, func(at time.Time, limit int) *shard.Due {
 		t.Helper()
 		m.SetTime(at)
 		d, err := s.FireDue(ctx, lease.Lease, limit, 0)
 		require.NoError(t, err)
 		return d
 	}
+}
+
+func TestFireDue_NextDue(t *testing.T) {
+	ctx := context.Background()
+	s, t0, fire := firingShard(t)
 	buckets := func() int {
 		t.Helper()
 		c := s.Client()
@@ -552,10 +561,8 @@ func TestFireDue_NextDue(t *testing.T) {
 // cron occurrence stays for Fire, a job hash's run leaves).
 func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 	ctx := context.Background()
-	t0 := time.UnixMilli(1_800_000_000_000).Truncate(time.Minute) // a bucket boundary
-	s, m := frozen(t, t0, shard.Config{Shards: 1, BucketSize: time.Minute})
-	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
-	require.True(t, lease.Held)
+	s, t0, fireAt := firingShard(t)
+	fire := func(at time.Duration, limit int) *shard.Due { t.Helper(); return fireAt(t0.Add(at), limit) }
 	c := s.Client()
 	bucket := s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())
 	left := func() []string {
@@ -563,13 +570,6 @@ func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 		out, err := c.Do(ctx, c.B().Zrange().Key(bucket).Min("0").Max("-1").Build()).AsStrSlice()
 		require.NoError(t, err)
 		return out
-	}
-	fire := func(at time.Duration, limit int) *shard.Due {
-		t.Helper()
-		m.SetTime(t0.Add(at))
-		d, err := s.FireDue(ctx, lease.Lease, limit, 0)
-		require.NoError(t, err)
-		return d
 	}
 	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
 	create := func(j *job.Job) {
