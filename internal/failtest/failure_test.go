@@ -184,9 +184,22 @@ func (d *deployment) startDispatcher(name string) *proc {
 }
 
 func (d *deployment) start(name string, cmd *exec.Cmd) *proc {
-	logf, err := os.Create(filepath.Join(d.dir, name+".log"))
+	logPath := filepath.Join(d.dir, name+".log")
+	logf, err := os.Create(logPath)
 	require.NoError(d.t, err)
 	defer logf.Close()
+	// Registered before the kill below, so run after it: a failed scenario shows what its
+	// processes logged (their temporary directory is gone afterwards).
+	d.t.Cleanup(func() {
+		if !d.t.Failed() {
+			return
+		}
+		b, _ := os.ReadFile(logPath)
+		if len(b) > 4000 {
+			b = b[len(b)-4000:]
+		}
+		d.t.Logf("%s log (its end):\n%s", name, b)
+	})
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(d.t, cmd.Start())
