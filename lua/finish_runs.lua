@@ -14,7 +14,11 @@
 -- ARGV[6] lease     string  reap: the caller's `owner:epoch`; worker: unused
 -- ARGV[7] rand      float   in [0,1), seeds retry jitter
 -- ARGV[8] n         count   worker: entries that follow; reap: most runs to reap
--- worker mode, per entry: member, token, outcome, error, delay ms
+-- ARGV[9] token     string  worker: the token of the short entries
+-- worker mode, n entries after ARGV[9], each either short or long:
+--   short: member, alone: the run succeeded ('ok') with the token of ARGV[9]: what
+--          most entries are, and 4 values fewer for Redis to parse and hand to Lua
+--   long:  '' (no member is empty), member, token, outcome, error, delay ms
 --   outcome 'ok'       the run succeeded
 --           'error'    retry after the job's backoff, or dead after the last attempt
 --           'cancel'   do not retry (worker.Cancel); a one-time job ends cancelled
@@ -254,10 +258,19 @@ if mode == 'reap' then
   return { reaped, done() }
 end
 
-local members = {}
+-- The members, and where each entry's member is in ARGV: negative for a short entry.
+local members, at = {}, {}
+local i = 10
 for k = 1, n do
-  members[k] = ARGV[4 + 5 * k]
+  if ARGV[i] == '' then
+    members[k], at[k] = ARGV[i + 1], i + 1
+    i = i + 6
+  else
+    members[k], at[k] = ARGV[i], -i
+    i = i + 1
+  end
 end
+local shortToken = ARGV[9]
 local ids, runs = packed_runs(P, members)
 local finished = {}
 -- A succeeded packed run's state is its running state "R|tok|wk|start|q" with C for R and
@@ -270,9 +283,12 @@ local heldBy = {} -- token -> "R|token|", what a run held with it starts with
 local lastQ, lastTail, inQ = 'default', '|default', 0
 local find, sub = string.find, string.sub
 local results = {}
-local i = 9
 for k = 1, n do
-  local member, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local member, token, outcome = members[k], shortToken, 'ok'
+  local a = at[k]
+  if a > 0 then
+    token, outcome = ARGV[a + 1], ARGV[a + 2]
+  end
   local id = ids[k]
   local run = runs[k]
   if run then
@@ -301,12 +317,13 @@ for k = 1, n do
       results[k] = 1
     else
       unpack_job(P, id)
-      results[k] = finish(member, outcome, token, ARGV[i + 3], ARGV[i + 4])
+      results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
     end
+  elseif a > 0 then
+    results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
   else
-    results[k] = finish(member, outcome, token, ARGV[i + 3], ARGV[i + 4])
+    results[k] = finish(member, 'ok', token, '', '0')
   end
-  i = i + 5
 end
 if inQ > 0 then
   stat('f', lastQ, -inQ)

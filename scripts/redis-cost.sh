@@ -38,7 +38,7 @@ cleanup() {
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   fi
-  rm -rf "$dir"
+  if [[ -n ${TOCK_COST_KEEP:-} ]]; then echo "redis-cost.sh: callgrind dumps kept in $dir" >&2; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
 

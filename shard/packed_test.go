@@ -558,3 +558,72 @@ func TestClaim_AtMostMaxClaim(t *testing.T) {
 		require.Len(t, c, 500)
 	})
 }
+
+// One ack call mixes short entries (a success with the call's first success token) and
+// long ones (any other outcome or token), over packed jobs and job hashes; each entry
+// gets its own result, in order.
+func TestFinishRuns_ShortAndLongEntriesInOneCall(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		other := reopen(t, b, shard.Config{Namespace: s.Config().Namespace, Shards: 1, NoPack: true})
+		now := job.Schedule{Now: true}
+		retry := job.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Hour}
+		_, err := s.Create(ctx, []*job.Job{
+			{ID: "a", Type: "t", Schedule: now}, {ID: "b", Type: "t", Schedule: now},
+			{ID: "c", Type: "t", Schedule: now, Retry: retry},
+		})
+		require.NoError(t, err)
+		_, err = other.Create(ctx, []*job.Job{{ID: "h", Type: "t", Schedule: now}, {ID: "x", Type: "t", Schedule: now}})
+		require.NoError(t, err)
+		first, err := s.Claim(ctx, 0, "default", 4, "w1", "n1")
+		require.NoError(t, err)
+		require.Len(t, first, 4)
+		second, err := s.Claim(ctx, 0, "default", 4, "w2", "n2")
+		require.NoError(t, err)
+		require.Len(t, second, 1)
+		byID := map[string]shard.Claimed{}
+		for _, r := range append(first, second...) {
+			byID[r.JobID] = r
+		}
+		tok := byID["a"].Token
+		require.NotEqual(t, tok, byID[second[0].JobID].Token)
+		fs := []shard.Finish{
+			{Member: byID["a"].Member, Token: tok, Outcome: shard.Succeeded},          // short, packed
+			{Member: byID["b"].Member, Token: "9-bogus", Outcome: shard.Succeeded},    // long: another token, refused
+			{Member: byID["c"].Member, Token: tok, Outcome: shard.Failed, Error: "e"}, // long: retried in an hour
+			{Member: byID["h"].Member, Token: tok, Outcome: shard.Succeeded},          // short, job hash
+			{Member: byID["a"].Member, Token: tok, Outcome: shard.Succeeded},          // short, finished already
+			{Member: byID["x"].Member, Token: byID["x"].Token, Outcome: shard.Succeeded},
+		}
+		if byID["x"].Token == tok {
+			fs[5].Token = "9-other" // x came with the first claim: make it a refused long entry
+		}
+		errs, err := s.FinishRuns(ctx, 0, fs)
+		require.NoError(t, err)
+		require.Len(t, errs, len(fs))
+		require.NoError(t, errs[0])
+		require.ErrorIs(t, errs[1], shard.ErrTokenMismatch)
+		require.NoError(t, errs[2])
+		require.NoError(t, errs[3])
+		require.ErrorIs(t, errs[4], shard.ErrTokenMismatch)
+		if byID["x"].Token == tok {
+			require.ErrorIs(t, errs[5], shard.ErrTokenMismatch)
+		} else {
+			require.NoError(t, errs[5])
+		}
+		states := map[string]job.State{"a": job.StateCompleted, "c": job.StateRetrying, "h": job.StateCompleted}
+		for id, want := range states {
+			info, err := s.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, want, info.State, id)
+		}
+		// The refused entry changed nothing: b is still held with its token.
+		errs, err = s.FinishRuns(ctx, 0, []shard.Finish{{Member: byID["b"].Member, Token: tok, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		info, err := s.Get(ctx, "b")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCompleted, info.State)
+	})
+}

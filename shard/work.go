@@ -298,14 +298,29 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 	ids := make([]ID, 0, len(byShard))
 	calls := make([]call, 0, len(byShard))
 	for id, fs := range byShard {
-		rest := make([]string, 0, 1+5*len(fs))
-		rest = append(rest, strconv.Itoa(len(fs)))
+		// A success with the token of the first success (most runs of a worker's call
+		// share it: a first attempt's token is the same for every run a worker process
+		// claims) goes as its member alone; any other entry in full, after an empty
+		// value (finish_runs).
+		short := ""
 		for _, f := range fs {
+			if f.Outcome == Succeeded {
+				short = f.Token
+				break
+			}
+		}
+		rest := make([]string, 0, 2+len(fs))
+		rest = append(rest, strconv.Itoa(len(fs)), short)
+		for _, f := range fs {
+			if f.Outcome == Succeeded && f.Token == short && short != "" {
+				rest = append(rest, f.Member)
+				continue
+			}
 			msg := f.Error
 			if len(msg) > MaxErrorLen {
 				msg = strings.ToValidUTF8(msg[:MaxErrorLen], "")
 			}
-			rest = append(rest, f.Member, f.Token, string(f.Outcome), msg, strconv.FormatInt(f.Delay.Milliseconds(), 10))
+			rest = append(rest, "", f.Member, f.Token, string(f.Outcome), msg, strconv.FormatInt(f.Delay.Milliseconds(), 10))
 		}
 		ids = append(ids, id)
 		calls = append(calls, s.finishCall(id, "worker", "", rest))
