@@ -32,28 +32,28 @@ func TestTakeClaims_ReadySignalNewerThanTheClaimKeepsSourceHot(t *testing.T) {
 	w.markHot(b, 980)
 	w.markHot(c, 0)
 	reqs := []shard.ClaimRequest{{Shard: 1, Queue: "default", N: 2}, {Shard: 2, Queue: "default", N: 2}, {Shard: 3, Queue: "default", N: 2}}
-	failed := w.takeClaims(reqs, []shard.ClaimResult{{At: 990}, {At: 990}, {At: 990}})
+	failed := w.takeClaims(reqs, []shard.ClaimResult{{At: 990}, {At: 990}, {At: 990}}, time.Now())
 	require.Empty(t, failed)
 	require.Contains(t, w.hot, a, "runs made ready after the claim ran must still be claimed")
 	require.NotContains(t, w.hot, b, "the claim saw shard 2's runs: it is empty")
 	require.NotContains(t, w.hot, c)
 
 	// It is claimed once more; short again with no new signal, it goes.
-	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 995}})
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 995}}, time.Now())
 	require.NotContains(t, w.hot, a)
 
 	// Same millisecond: the order is unknown, so claim once more.
 	w.markHot(a, 1000)
-	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1000}})
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1000}}, time.Now())
 	require.Contains(t, w.hot, a)
-	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1001}})
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1001}}, time.Now())
 	require.NotContains(t, w.hot, a)
 
 	// A signal stamped far ahead (a skewed clock estimate) buys one more claim, not more.
 	w.markHot(a, 1_000_000)
-	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1002}})
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1002}}, time.Now())
 	require.Contains(t, w.hot, a)
-	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1003}})
+	w.takeClaims(reqs[:1], []shard.ClaimResult{{At: 1003}}, time.Now())
 	require.NotContains(t, w.hot, a)
 
 	// An older signal never lowers a newer mark.
@@ -68,7 +68,7 @@ func TestTakeClaims_HoldsRunsAndReportsFailures(t *testing.T) {
 	w.markHot(a, 5)
 	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 2}, {Shard: 0, Queue: "default", N: 1}}
 	runs := []shard.Claimed{{Shard: 3, Member: "x:1"}, {Shard: 3, Member: "y:1"}}
-	failed := w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}, {Err: errors.New("down")}})
+	failed := w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}, {Err: errors.New("down")}}, time.Now())
 	require.Equal(t, []int{1}, failed)
 	require.Len(t, w.held, 2)
 	require.Len(t, w.runs, 2)
@@ -81,7 +81,7 @@ func TestFreeSlots_RunWaitingForItsReportTakesNoSlot(t *testing.T) {
 	w := newTestWorker(t) // Concurrency 4
 	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 2}}
 	runs := []shard.Claimed{{Shard: 3, Member: "x:1", Token: "t"}, {Shard: 3, Member: "y:1", Token: "t"}}
-	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}))
+	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}, time.Now()))
 	require.Equal(t, 2, w.freeSlots())
 	x, y := <-w.runs, <-w.runs
 

@@ -25,7 +25,7 @@ func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 4}}
 	start := time.Now()
 	runs := []shard.Claimed{ahead("x:1", 150*time.Millisecond), {Shard: 3, Member: "y:1", Token: "t"}}
-	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}))
+	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}, time.Now()))
 	w.mu.Lock()
 	require.Equal(t, 1, w.waiting)
 	require.Equal(t, 3, w.freeSlots(), "only the run due now takes a slot")
@@ -49,7 +49,7 @@ func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	for _, m := range []string{"a:1", "b:1", "c:1", "d:1", "e:1"} {
 		more = append(more, ahead(m, time.Hour))
 	}
-	w.takeClaims(reqs, []shard.ClaimResult{{Runs: more, At: 11}})
+	w.takeClaims(reqs, []shard.ClaimResult{{Runs: more, At: 11}}, time.Now())
 	w.mu.Lock()
 	require.Equal(t, 5, w.waiting)
 	require.Equal(t, 1, w.freeSlots())

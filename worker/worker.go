@@ -286,9 +286,10 @@ type Worker struct {
 	reports    chan report        // finished attempts, batched to Redis by the reporter
 	reporter   sync.WaitGroup
 
-	queues     map[string]bool // Config.Queues
-	pauseErrs  *limit.Every    // logs of failed reads of the paused set
-	afterSweep func()          // test hook: called by the claim loop after each sweep
+	queues     map[string]bool       // Config.Queues
+	pauseErrs  *limit.Every          // logs of failed reads of the paused set
+	clocks     map[shard.ID]clockRef // by shard, the reply that maps its Redis clock tightest (w.mu)
+	afterSweep func()                // test hook: called by the claim loop after each sweep
 }
 
 // report is a finished attempt waiting to be sent to Redis.
@@ -312,8 +313,10 @@ type active struct {
 	queue    string
 	cancel   context.CancelCauseFunc // set once the handler starts
 	extended time.Time               // last heartbeat (local)
-	got      time.Time               // when the claim reply arrived (local)
-	started  bool
+	// clock maps the Redis clock of the run's shard to local time (clockRef): the
+	// handler starts no sooner than StartAt on the Redis clock by it.
+	clock   clockRef
+	started bool
 	// wait queues the run at its start time while it waits (nil otherwise).
 	wait *time.Timer
 	// cancelled is set when the run was cancelled before its handler started: the
@@ -505,13 +508,14 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			// holds them (Stop then hands them back), or they would stay claimed until
 			// their visibility deadline.
 			results := w.store.ClaimMany(w.baseCtx, reqs, w.cfg.ID, w.nonce)
+			got := time.Now()
 			for i, res := range results {
 				if res.Err == nil && len(res.Runs) > 0 {
 					w.cfg.Metrics.RunsClaimed(reqs[i].Queue, len(res.Runs))
 				}
 			}
 			w.mu.Lock()
-			failed := w.takeClaims(reqs, results)
+			failed := w.takeClaims(reqs, results, got)
 			w.mu.Unlock()
 			for _, i := range failed {
 				if ctx.Err() == nil && errs.Allow() {
@@ -620,12 +624,9 @@ func (w *Worker) setPaused(q string, paused bool) {
 	w.markQueueHot(q)
 }
 
-// takeClaims holds and queues the runs of a claim round and returns the indexes of the
-// requests that failed. A source that gave fewer runs than asked was empty when the claim
-// ran and stops being hot, unless a ready signal says runs became ready at or after that
-// moment: then it is claimed once more (its mark drops to 0, so a signal stamped late by
-// a skewed clock estimate cannot keep it hot for longer). The caller holds w.mu.
-func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResult) (failed []int) {
+// takeClaims holds and queues the runs of a claim round whose replies arrived at got
+// (local), and returns the indexes of the failed requests. The caller holds w.mu.
+func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResult, got time.Time) (failed []int) {
 	for i, res := range results {
 		req := reqs[i]
 		if res.Err != nil {
@@ -640,14 +641,21 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 				delete(w.hot, src)
 			}
 		}
-		now := time.Now()
+		if len(res.Runs) == 0 {
+			continue
+		}
+		// The claim's time in µs (At) where it agrees with its time in ms: a clock read
+		// to the millisecond is up to 1 ms early, which would hold the runs that much late.
+		claimed := res.Runs[0].ClaimedAt
+		if us := time.UnixMicro(res.At); !us.Before(claimed) && us.Sub(claimed) < time.Millisecond {
+			claimed = us
+		}
+		clock := w.clockOf(req.Shard, clockRef{local: got, redis: claimed})
 		for k := range res.Runs {
-			a := &active{c: res.Runs[k], queue: req.Queue, extended: now, got: now}
+			a := &active{c: res.Runs[k], queue: req.Queue, extended: got, clock: clock}
 			w.held[a.c.Member] = a
-			// A run fired ahead of its time waits for it: its start time less the Redis
-			// time of the claim, counted from the reply's arrival, which came after the
-			// claim, so the handler never starts before StartAt on the Redis clock.
-			if wait := a.c.StartAt.Sub(a.c.ClaimedAt); wait > 0 {
+			// A run fired ahead of its time waits for it (clockRef.until).
+			if wait := clock.until(a.c.StartAt, got); wait > 0 {
 				w.waiting++
 				a.wait = time.AfterFunc(wait, func() { w.release(a) })
 				continue
@@ -656,6 +664,54 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 		}
 	}
 	return failed
+}
+
+// clockRef is a claim reply's arrival (local, with Go's monotonic reading) and the
+// Redis time of the claim. The reply came after the claim, so the Redis clock read at
+// least redis + (t - local) at any later local time t: a run that waits until then for
+// its start time never starts early. Of a shard's replies, the one with the smallest
+// local - redis maps tightest: a reply that waited for the rest of its claim round's
+// pipeline, or for the worker's goroutines, does not make later runs start later.
+type clockRef struct {
+	local, redis time.Time
+}
+
+// A shard's clockRef serves for at most clockRefAge: the Redis clock may be stepped (a
+// failover to a replica with another clock, an NTP step), and local and Redis clocks may
+// run at rates that differ by NTP's slew (at most 500 ppm), for which until adds a margin
+// of twice that.
+const clockRefAge = 250 * time.Millisecond
+
+// clockOf returns the clockRef to use for the runs of a claim of shard id that gives
+// obs: obs, or the shard's earlier one when that maps tighter and is recent.
+func (w *Worker) clockOf(id shard.ID, obs clockRef) clockRef {
+	if w.clocks == nil {
+		w.clocks = map[shard.ID]clockRef{}
+	}
+	best, ok := w.clocks[id]
+	// A shard's claims are made one after another: a Redis time before the last one's
+	// is a clock stepped back, and the earlier reply no longer maps it.
+	if age := obs.local.Sub(best.local); ok && age < clockRefAge && !obs.redis.Before(best.redis) &&
+		age >= obs.redis.Sub(best.redis) {
+		return best
+	}
+	w.clocks[id] = obs
+	return obs
+}
+
+// until is how long after now (local) the Redis clock reaches t by c, with a margin of
+// 1 ms a second since c's reply for the rates of the clocks; 0 or less when it has.
+func (c clockRef) until(t, now time.Time) time.Duration {
+	ahead := t.Sub(c.redis)
+	if ahead <= 0 {
+		return ahead
+	}
+	return c.local.Add(ahead + ahead/1000).Sub(now)
+}
+
+// redisAt is local time t on the Redis clock by c (a lower bound).
+func (c clockRef) redisAt(t time.Time) time.Time {
+	return c.redis.Add(t.Sub(c.local))
 }
 
 // release queues a run whose start time has come (or that was cancelled while it
@@ -870,7 +926,7 @@ func (w *Worker) work(a *active) {
 		return
 	}
 	started := time.Now()
-	r.StartedAt = a.c.ClaimedAt.Add(started.Sub(a.got))
+	r.StartedAt = a.clock.redisAt(started)
 	err := w.call(ctx, r)
 	ended := time.Now()
 	cause := context.Cause(ctx)
@@ -904,10 +960,9 @@ func (w *Worker) work(a *active) {
 	w.finish(a, r, f, started, ended, err)
 }
 
-// lateness is the time from the run's due time to started (local), on the Redis clock:
-// the claim's lateness plus the local wait between the claim reply and started.
+// lateness is the time from the run's due time to started (local), on the Redis clock.
 func (a *active) lateness(started time.Time) time.Duration {
-	return a.c.ClaimedAt.Sub(a.c.Due) + started.Sub(a.got)
+	return a.clock.redisAt(started).Sub(a.c.Due)
 }
 
 // call runs the handler, turning a panic into an error.
@@ -972,9 +1027,9 @@ func (w *Worker) report() {
 		shard.Snoozed: OutcomeSnoozed, shard.HandBack: OutcomeHandedBack,
 	}
 	q := newReportQueue(w.cfg.AckDelay)
-	// Reports are taken from the channel while fewer than this many wait, so that
-	// handlers feel a reporter that cannot keep up.
-	maxWaiting := max(cap(w.reports), maxReportBatch)
+	// Reports are taken from the channel while fewer than maxReportsWaiting wait, so
+	// that handlers feel a reporter that cannot keep up.
+	maxWaiting := max(cap(w.reports), maxReportsWaiting)
 	closed := false
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
@@ -1062,8 +1117,15 @@ func (w *Worker) report() {
 }
 
 // shardReportBatch is how many outcomes of one shard go at once, without waiting for
-// the shard's turn (Config.AckDelay).
-const shardReportBatch = 256
+// the shard's turn (Config.AckDelay). maxReportsWaiting bounds the outcomes the reporter
+// holds, all shards: room for shardReportBatch of each of 64 shards. While a shard's
+// outcomes wait for its turn, the ones of a worker that handles 100,000 runs a second
+// add up to 5,000 (AckDelay 50ms); a bound of a few thousand capped such a worker near
+// 60,000 runs a second (tock bench throughput), its handlers waiting to hand over theirs.
+const (
+	shardReportBatch  = 256
+	maxReportsWaiting = 64 * shardReportBatch
+)
 
 // reportQueue holds finished attempts by shard until their shard's turn.
 type reportQueue struct {
