@@ -625,7 +625,11 @@ func (w *Worker) setPaused(q string, paused bool) {
 }
 
 // takeClaims holds and queues the runs of a claim round whose replies arrived at got
-// (local), and returns the indexes of the failed requests. The caller holds w.mu.
+// (local), and returns the indexes of the requests that failed. A source that gave fewer
+// runs than asked was empty when the claim ran and stops being hot, unless a ready signal
+// says runs became ready at or after that moment: then it is claimed once more (its mark
+// drops to 0, so a signal stamped late by a skewed clock estimate cannot keep it hot for
+// longer). The caller holds w.mu.
 func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResult, got time.Time) (failed []int) {
 	for i, res := range results {
 		req := reqs[i]
