@@ -312,7 +312,7 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 		rest := make([]string, 0, 2+len(fs))
 		rest = append(rest, strconv.Itoa(len(fs)), short)
 		for _, f := range fs {
-			if f.Outcome == Succeeded && f.Token == short && short != "" {
+			if f.Outcome == Succeeded && f.Token == short && short != "" && f.Member != "" {
 				rest = append(rest, f.Member)
 				continue
 			}
