@@ -169,7 +169,7 @@ func TestReportQueue_StopSendsAllButFailedCallsPause(t *testing.T) {
 	_, batch, _ := q.due(t0, false)
 	require.Len(t, batch, 2)
 	q.sent(1, t0, nil)
-	q.sent(2, t0, batch[1]) // shard 2's call failed; its report goes again
+	q.sent(2, t0, batch[q.index[2]]) // shard 2's call failed; its report goes again
 
 	q.add(reportOf(1, "c:1"))
 	q.add(reportOf(2, "d:1"))
@@ -202,8 +202,7 @@ func TestReportQueue_NoDelay(t *testing.T) {
 
 func TestConfig_AckDelay(t *testing.T) {
 	t.Parallel()
-	m, c := redistest.Mini(t)
-	_ = m
+	_, c := redistest.Mini(t)
 	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: "ad", Shards: 2})
 	require.NoError(t, err)
 	for _, tc := range []struct {

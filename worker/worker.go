@@ -169,8 +169,8 @@ type Config struct {
 	// AckDelay is how long outcomes of runs of one shard may wait to be reported
 	// together: a shard's first outcome after a quiet spell goes at once, later ones at
 	// most once per AckDelay (sooner when many wait, and all when the worker stops).
-	// Under load a call then carries many runs instead of one or two, which roughly
-	// halves the Redis time that acknowledgements take at 20,000 runs/s. The cost is
+	// Under load a call then carries many runs instead of one or two: at 20,000 runs/s
+	// Redis CPU per run (fire, claim and ack) went from 34-45 µs to 19-31. The cost is
 	// that an outcome may show in Redis up to AckDelay after its handler returned.
 	// Default 50ms, at most 1s; a negative value reports every outcome at once.
 	AckDelay time.Duration
