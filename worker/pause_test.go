@@ -181,6 +181,11 @@ func TestWorker_PauseQueue(t *testing.T) {
 			defer w.mu.Unlock()
 			return w.paused["default"]
 		}, 10*time.Second, 2*time.Millisecond)
+		// A claim round the loop chose before the pause may still be on its way to Redis:
+		// once the loop has swept again, that round is over and every later one sees the
+		// pause.
+		from := sweeps.Load()
+		require.Eventually(t, func() bool { return sweeps.Load() >= from+1 }, 10*time.Second, 2*time.Millisecond)
 		fm.mu.Lock()
 		fm.claimed["default"] = 0 // count from here
 		fm.mu.Unlock()

@@ -278,7 +278,9 @@ func deleteNamespace(b Backend, ns string) error {
 // Main wraps testing.M: it runs the tests, stops every redis-server it
 // started (SIGKILL, wait, remove the temporary directory) and, when the
 // tests passed, checks for leaked goroutines like goleak.VerifyTestMain,
-// then exits with the resulting code.
+// then exits with the resulting code. Tests still running after 80% of
+// -test.timeout are reported as hung (see [startWatchdog]): every goroutine's
+// stack, then a digest of the ones in tock's code, and the binary exits 2.
 //
 // rueidis clients created by [Backend.Client] are closed by t.Cleanup,
 // miniredis servers by miniredis.RunT, and the goroutines waiting for the
@@ -287,7 +289,9 @@ func deleteNamespace(b Backend, ns string) error {
 // goroutines of rueidis and two of fasthttp are ignored (see [rueidisRefreshSleeper],
 // [rueidisDelayedRefresh], [fasthttpDate]).
 func Main(m *testing.M) {
+	stopWatchdog := startWatchdog(os.Stderr, exitProcess)
 	code := m.Run()
+	stopWatchdog()
 	if err := stopServers(); err != nil {
 		fmt.Fprintf(os.Stderr, "redistest: stopping the Redis servers: %v\n", err)
 		if code == 0 {
