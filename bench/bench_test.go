@@ -29,7 +29,7 @@ func common(b redistest.Backend) bench.Common {
 func TestFire_EveryJobOnceAndNeverEarly(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		res, err := bench.Fire(context.Background(), bench.FireConfig{Common: common(b),
-			Jobs: 300, Window: time.Second, Lead: time.Second, Concurrency: 20, Payload: 10, Pending: 50, Grace: 20 * time.Second})
+			Jobs: 300, Window: time.Second, Lead: 3 * time.Second, Concurrency: 20, Payload: 10, Pending: 50, Grace: 20 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, 300, res.Fired)
 		require.Zero(t, res.Duplicates)
@@ -111,7 +111,7 @@ func TestFire_ProducerAndWorkersInSeparateRuns(t *testing.T) {
 		ns := redistest.Namespace(t, b)
 		c := common(b)
 		c.Namespace = ns
-		cfg := bench.FireConfig{Common: c, Jobs: 200, Window: time.Second, Lead: 2 * time.Second, Concurrency: 20, Payload: 10, Grace: 20 * time.Second}
+		cfg := bench.FireConfig{Common: c, Jobs: 200, Window: time.Second, Lead: 3 * time.Second, Concurrency: 20, Payload: 10, Grace: 20 * time.Second}
 		workers := cfg
 		workers.WorkersOnly = true
 		done := make(chan *bench.FireResult, 1)

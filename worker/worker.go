@@ -469,6 +469,14 @@ func (w *Worker) poke() {
 	}
 }
 
+// redisCallTimeout bounds a claim round and a report round. Stop does not cancel them
+// (what they do in Redis must reach the worker), but a reply must not be awaited forever:
+// rueidis waits for one without end under a context that has no deadline, and follows
+// MOVED replies for as long as nodes that disagree about a slot send them. A claim round
+// that times out fails (runs it may have claimed come back after their visibility
+// deadline); a report round that does is a failed call, retried (see report).
+const redisCallTimeout = 30 * time.Second
+
 // A claim round asks each source for at least minClaimPerSource runs (when that many
 // slots are free), from at most maxClaimSources sources. A claim is one script call per
 // source, whose fixed part costs Redis about as much as a few runs: asking for 64 rather
@@ -507,7 +515,9 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			// Not cancelled by Stop: runs claimed in Redis must reach takeClaims, which
 			// holds them (Stop then hands them back), or they would stay claimed until
 			// their visibility deadline.
-			results := w.store.ClaimMany(w.baseCtx, reqs, w.cfg.ID, w.nonce)
+			cctx, cancel := context.WithTimeout(w.baseCtx, redisCallTimeout)
+			results := w.store.ClaimMany(cctx, reqs, w.cfg.ID, w.nonce)
+			cancel()
 			got := time.Now()
 			for i, res := range results {
 				if res.Err == nil && len(res.Runs) > 0 {
@@ -1082,7 +1092,10 @@ func (w *Worker) report() {
 		}
 		rejected := make([][]bool, len(batch))
 		failed := map[shard.ID]error{}
-		for id, fr := range w.store.FinishMany(w.baseCtx, byShard) {
+		fctx, cancel := context.WithTimeout(w.baseCtx, redisCallTimeout)
+		finished := w.store.FinishMany(fctx, byShard)
+		cancel()
+		for id, fr := range finished {
 			if fr.Err != nil {
 				failed[id] = fr.Err
 				continue

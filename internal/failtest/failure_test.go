@@ -86,7 +86,21 @@ func child(role func(ctx context.Context, store *shard.Store, logger *slog.Logge
 		return 1
 	}
 	defer rc.Close()
-	store, err := shard.Open(ctx, rc, shard.Config{Namespace: os.Getenv(envNamespace), Shards: shards})
+	// A process that starts while a Redis master fails over cannot open the namespace
+	// until a replica has taken the master's slots (on a loaded machine the workers
+	// started after the kill): it tries again, as its supervisor would restart it.
+	var store *shard.Store
+	for start := time.Now(); ; {
+		store, err = shard.Open(ctx, rc, shard.Config{Namespace: os.Getenv(envNamespace), Shards: shards})
+		if err == nil || ctx.Err() != nil || time.Since(start) > time.Minute {
+			break
+		}
+		fmt.Fprintln(os.Stderr, "open (tried again):", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 	if err == nil {
 		err = role(ctx, store, logger)
 	}
