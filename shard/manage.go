@@ -660,7 +660,8 @@ func (s *Store) Backlog(ctx context.Context) (int64, error) {
 
 // PauseQueue stops workers from claiming from queue (runs still fire into its ready
 // sets). changed is false when it was paused already. Workers learn it from a signal at
-// once, or from their next sweep.
+// once, or from their next sweep; a claim round a worker had already started may still
+// take runs of the queue.
 func (s *Store) PauseQueue(ctx context.Context, queue string) (changed bool, err error) {
 	return s.setQueuePaused(ctx, queue, true)
 }
