@@ -649,21 +649,24 @@ func (p *proc) waitPing(timeout time.Duration) error {
 			// server of a parallel test binary that grabbed the port
 			// first (ours is then about to exit with "Address already
 			// in use").
-			info, err := rawDo(p.addr, "INFO", "server")
-			if err != nil {
-				return fmt.Errorf("INFO on redis-server %s: %v%s", p.addr, err, p.logTail())
+			//
+			// A server busy starting (loading a dataset, forking for a rewrite) on a
+			// loaded machine may not take the next connection within rawDo's second:
+			// asked again until the deadline.
+			info, ierr := rawDo(p.addr, "INFO", "server")
+			if ierr == nil {
+				if pid := parseInfo(info)["process_id"]; pid != strconv.Itoa(p.cmd.Process.Pid) {
+					return fmt.Errorf("%w: %s is served by process %s, not by our redis-server (pid %d)", errPortTaken, p.addr, pid, p.cmd.Process.Pid)
+				}
+				return nil
 			}
-			if pid := parseInfo(info)["process_id"]; pid != strconv.Itoa(p.cmd.Process.Pid) {
-				return fmt.Errorf("%w: %s is served by process %s, not by our redis-server (pid %d)", errPortTaken, p.addr, pid, p.cmd.Process.Pid)
-			}
-			return nil
-		}
-		if err == nil {
+			err = fmt.Errorf("INFO: %w", ierr)
+		} else if err == nil {
 			err = fmt.Errorf("PING answered %q", reply)
 		}
 		lastErr = err
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server %s not answering PING after %v: %v%s", p.addr, timeout, lastErr, p.logTail())
+			return fmt.Errorf("redis-server %s not ready after %v: %v%s", p.addr, timeout, lastErr, p.logTail())
 		}
 		time.Sleep(pollTick)
 	}
