@@ -289,7 +289,7 @@ func deleteNamespace(b Backend, ns string) error {
 // goroutines of rueidis and two of fasthttp are ignored (see [rueidisRefreshSleeper],
 // [rueidisDelayedRefresh], [fasthttpDate]).
 func Main(m *testing.M) {
-	stopWatchdog := startWatchdog(os.Stderr, exitProcess)
+	stopWatchdog := startWatchdog(os.Stderr, os.Exit)
 	code := m.Run()
 	stopWatchdog()
 	if err := stopServers(); err != nil {
