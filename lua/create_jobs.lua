@@ -65,9 +65,9 @@ local lastLo, lastHi, lastB
 -- due, dh }, as the HMGET of an existing job): an id given twice in a call is found by
 -- the second, before the records are written.
 local packAdds, packBuckets, newCold = {}, {}, {}
--- Packed jobs of this call: id, value, ...; and the states of those due already (common's
--- PACKED). Both hashes are hash tables from their first write on (as_table).
-local packed, packedRuns = { as_table() }, { as_table() }
+-- Packed jobs of this call: id, value, ... (common's PACKED). Both hashes are hash tables
+-- from their first write on (as_table); a run state is written first by a claim.
+local packed = { as_table() }
 -- Whether the shard may hold cold jobs, which an id must then be looked up among; and
 -- which ids are packed jobs already, looked up at once.
 local anyCold = redis.call('EXISTS', P .. 'cold') == 1
@@ -140,9 +140,6 @@ for _ = 1, n do
         local k = #packed
         packed[k + 1], packed[k + 2] = id, nowStr .. '|' .. (def_of('vt', ARGV, defStart, defEnd) or '') .. '|' .. q .. '|' .. pri .. '|' ..
           cold_record(id, due, dueStr, 0, due, dh, ARGV, defStart, defEnd)
-        if state == 'ready' then
-          packedRuns[#packedRuns + 1], packedRuns[#packedRuns + 2] = id, 'F'
-        end
         newCold[id] = { state, next, dh }
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
       elseif state then
@@ -178,9 +175,7 @@ if #packed > 2 then
   for k = 1, #packed, 6000 do
     redis.call('HSET', P .. PACKED, unpack(packed, k, math.min(k + 5999, #packed)))
   end
-  for k = 1, #packedRuns, 6000 do
-    redis.call('HSET', P .. PACKED_RUNS, unpack(packedRuns, k, math.min(k + 5999, #packedRuns)))
-  end
+  redis.call('HSET', P .. PACKED_RUNS, as_table())
 end
 
 local readied = flush_ready(P)

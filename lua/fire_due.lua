@@ -129,7 +129,6 @@ end
 local cron = {}
 local count, fired = 0, 0
 local match = string.match
-local firedPacked = {}
 
 -- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
 local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', horizonStr, 'LIMIT', '0', '64')
@@ -162,7 +161,7 @@ for _, b in ipairs(buckets) do
     local id, d = ids[k], dues[k]
     local pv = packed[k]
     if pv then
-      -- A packed job's first run: ready, with its state written with the others'.
+      -- A packed job's first run: ready (its member in the ready set is its state).
       local q, pri = match(pv, '^%d+|%d*|([^|]*)|(%d*)|')
       if q == '' then
         q = 'default'
@@ -178,7 +177,6 @@ for _, b in ipairs(buckets) do
       local a = #adds
       adds[a + 1], adds[a + 2] = ready_score_str(pri, d), member
       fired = fired + 1
-      firedPacked[#firedPacked + 1], firedPacked[#firedPacked + 2] = id, 'F'
     else
       packedOnly = false
       local jobKey = P .. 'job:' .. id
@@ -229,9 +227,6 @@ for _, b in ipairs(buckets) do
       end
     end
   end
-end
-if #firedPacked > 0 then
-  redis.call('HSET', P .. PACKED_RUNS, unpack(firedPacked))
 end
 
 -- The earliest entry after the horizon: such entries are only in the bucket that holds the

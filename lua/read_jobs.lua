@@ -36,7 +36,7 @@ for i = 3, #ARGV do
     out[#out + 1] = fields
   elseif v then
     -- A packed job whose expiry has passed (not deleted yet) is left out.
-    local f, exp = packed_fields(v, redis.call('HGET', P .. PACKED_RUNS, id), now)
+    local f, exp = packed_fields(P, id, v, redis.call('HGET', P .. PACKED_RUNS, id), now)
     if f then
       out[#out + 1] = id
       out[#out + 1] = exp

@@ -3,6 +3,8 @@ package shard_test
 import (
 	"bytes"
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -496,6 +498,61 @@ func TestPacked_ReadByAStoreThatDoesNotPack(t *testing.T) {
 		info, err := other.Get(ctx, "p")
 		require.NoError(t, err)
 		require.Equal(t, job.StateCompleted, info.State)
+	})
+}
+
+// A packed job's ready run has no run state: it reads as ready from its member in the
+// ready set, and cancels as a ready job does. A namespace written by an earlier version
+// holds "F" as the state of such a run, which reads, claims and acks the same.
+func TestPacked_ReadyRunWithAndWithoutState(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.Create(ctx, []*job.Job{
+			{ID: "plain", Queue: "q", Type: "t", Schedule: job.Schedule{Now: true}},
+			{ID: "old", Queue: "q", Type: "t", Schedule: job.Schedule{Now: true}},
+			{ID: "gone", Type: "t", Schedule: job.Schedule{Now: true}},
+		})
+		require.NoError(t, err)
+		require.False(t, jobExists(t, b, s, "plain"), "packed")
+		c := b.Client(t)
+		runs, err := c.Do(ctx, c.B().Hgetall().Key(s.Keys().PackedRuns(0)).Build()).AsStrMap()
+		require.NoError(t, err)
+		require.Equal(t, []string{""}, slices.Collect(maps.Keys(runs)), "no run state but the table marker")
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().PackedRuns(0)).FieldValue().FieldValue("old", "F").Build()).Error())
+
+		for _, id := range []string{"plain", "old", "gone"} {
+			info, err := s.Get(ctx, id)
+			require.NoError(t, err, id)
+			require.Equal(t, job.StateReady, info.State, id)
+		}
+		state, changed, err := s.Cancel(ctx, "gone")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.StateCancelled, state)
+		info, err := s.Get(ctx, "gone")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCancelled, info.State)
+
+		claimed, err := s.Claim(ctx, 0, "q", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, claimed, 2)
+		var fin []shard.Finish
+		for _, r := range claimed {
+			info, err := s.Get(ctx, r.JobID)
+			require.NoError(t, err)
+			require.Equal(t, job.StateRunning, info.State, r.JobID)
+			fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+		}
+		errs, err := s.FinishRuns(ctx, 0, fin)
+		require.NoError(t, err)
+		require.Equal(t, []error{nil, nil}, errs)
+		for _, id := range []string{"plain", "old"} {
+			info, err := s.Get(ctx, id)
+			require.NoError(t, err, id)
+			require.Equal(t, job.StateCompleted, info.State, id)
+		}
+		shardtest.CheckCounts(t, s)
 	})
 }
 
