@@ -61,10 +61,11 @@ local dueAdds, dueBuckets = {}, {}
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
--- Cold records per bucket, and the cold and packed jobs of this call by id ({ state,
--- due, dh }, as the HMGET of an existing job): an id given twice in a call is found by
--- the second, before the records are written.
-local packAdds, packBuckets, newCold = {}, {}, {}
+-- Cold records per bucket, and the jobs of this call by id (where their results start,
+-- which hold state, due and dh as the HMGET of an existing job does): an id given twice
+-- in a call is found by the second, before the records are written and though the
+-- ids' EXISTS (anyHash) was asked before the first made or unpacked its job hash.
+local packAdds, packBuckets, newJobs = {}, {}, {}
 -- Packed jobs of this call: id, value, ... (common's PACKED). Both hashes are hash tables
 -- from their first write on (as_table); a run state is written first by a claim.
 local packed = { as_table() }
@@ -72,29 +73,42 @@ local packed = { as_table() }
 -- which ids are packed jobs already, looked up at once.
 local anyCold = redis.call('EXISTS', P .. 'cold') == 1
 local packedIDs = {}
+local ids, jobKeys, ndefs, k = {}, {}, {}, 6
+for c = 1, n do
+  local ndef = tonumber(ARGV[k + 6])
+  ids[c], jobKeys[c], ndefs[c] = ARGV[k], P .. 'job:' .. ARGV[k], ndef
+  k = k + 7 + ndef * 2
+end
 if redis.call('EXISTS', P .. PACKED) == 1 then
-  local ids, k = {}, 6
-  for c = 1, n do
-    ids[c] = ARGV[k]
-    k = k + 7 + tonumber(ARGV[k + 6]) * 2
-  end
   for c, v in ipairs(redis.call('HMGET', P .. PACKED, unpack(ids))) do
     if v then
       packedIDs[ids[c]] = true
     end
   end
 end
+-- Whether any of the ids has a job hash, asked once: a new id (the common case) then
+-- costs no call of its own.
+local anyHash = false
+for c = 1, n, 4000 do
+  if redis.call('EXISTS', unpack(jobKeys, c, math.min(c + 3999, n))) > 0 then
+    anyHash = true
+    break
+  end
+end
 local i = 6
-for _ = 1, n do
+for c = 1, n do
   local id, kind, when, q, pri, dh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-  local ndef = tonumber(ARGV[i + 6])
+  local ndef = ndefs[c]
   local defStart = i + 7
   local defEnd = defStart + ndef * 2 - 1
   i = defEnd + 1
-  local jobKey = P .. 'job:' .. id
-  -- EXISTS first: a new id (the common case) costs less than reading three fields.
-  local existing = newCold[id]
-  if not existing and (redis.call('EXISTS', jobKey) == 1 or packedIDs[id] and unpack_job(P, id) or
+  local jobKey = jobKeys[c]
+  -- EXISTS first: a new id costs less than reading three fields.
+  local existing
+  local at = newJobs[id]
+  if at then
+    existing = { results[at + 2], results[at + 3], results[at + 4] }
+  elseif (anyHash and redis.call('EXISTS', jobKey) == 1 or packedIDs[id] and unpack_job(P, id) or
       anyCold and thaw_cold(P, bucketsKey, bucketMs, id)) then
     existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   end
@@ -119,7 +133,6 @@ for _ = 1, n do
         local recs = group(packAdds, packBuckets, lastB)
         recs[#recs + 1] = cold_record(id, due, dueStr, lastLo, now, dh, ARGV, defStart, defEnd)
         redis.call('HSET', cold_index(P, id), id, lastB)
-        newCold[id] = { 'scheduled', due, dh }
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, 'scheduled', due, dh
       elseif not scheduled then
         -- Due already: its run goes straight to the ready set.
@@ -140,7 +153,6 @@ for _ = 1, n do
         local k = #packed
         packed[k + 1], packed[k + 2] = id, nowStr .. '|' .. (def_of('vt', ARGV, defStart, defEnd) or '') .. '|' .. q .. '|' .. pri .. '|' ..
           cold_record(id, due, dueStr, 0, due, dh, ARGV, defStart, defEnd)
-        newCold[id] = { state, next, dh }
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
       elseif state then
         if ndef > 0 then
@@ -151,6 +163,10 @@ for _ = 1, n do
         results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 1, state, next, dh
       end
     end
+  end
+  -- A later entry of the same id in this call reads these results (status 0 or 1).
+  if results[nr + 1] ~= -4 then
+    newJobs[id] = nr
   end
   nr = nr + 4
 end

@@ -15,6 +15,7 @@ import (
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -910,5 +911,55 @@ func TestReadySet_PinIsNoRun(t *testing.T) {
 		_, err = s.FinishRuns(ctx, 0, fin)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), backlog(), "the run still ready")
+	})
+}
+
+// An id given twice in one create is created once, and the second entry reports the
+// first one's job, in every form a job is stored in (job hash, packed, cold, cron); so
+// is an id that existed before the call, given twice. Every job keeps exactly one run.
+func TestCreate_SameIDTwiceInACall(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name string
+			cfg  shard.Config
+		}{{"hashes", shard.Config{NoPack: true, ColdAfter: -1}}, {"packed", shard.Config{}}} {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.cfg.Shards = 1
+				tc.cfg.ColdAfter = min(tc.cfg.ColdAfter, time.Hour)
+				s := open(t, b, tc.cfg)
+				now, err := s.ServerNow(ctx)
+				require.NoError(t, err)
+				soon := now.Add(time.Minute).Truncate(time.Millisecond)
+				far := now.Add(48 * time.Hour).Truncate(time.Millisecond)
+				mk := func(id string, sch job.Schedule) *job.Job { return &job.Job{ID: id, Type: "t", Schedule: sch} }
+				old := []*job.Job{mk("old-now", job.Schedule{Now: true}), mk("old-far", job.Schedule{At: far})}
+				res, err := s.Create(ctx, old)
+				require.NoError(t, err)
+				for _, r := range res {
+					require.True(t, r.Created, r.ID)
+				}
+				batch := []*job.Job{
+					mk("now", job.Schedule{Now: true}), mk("soon", job.Schedule{At: soon}),
+					mk("far", job.Schedule{At: far}), mk("cron", job.Schedule{Cron: "0 9 * * *"}),
+					mk("old-now", job.Schedule{Now: true}), mk("old-far", job.Schedule{At: far}),
+				}
+				res, err = s.Create(ctx, append(batch, batch...))
+				require.NoError(t, err)
+				for k, r := range res {
+					require.NoError(t, r.Err, r.ID)
+					first := k < len(batch) && !strings.HasPrefix(r.ID, "old-")
+					require.Equal(t, first, r.Created, "%s (entry %d)", r.ID, k)
+					if k >= len(batch) {
+						require.Equal(t, res[k-len(batch)].State, r.State, r.ID)
+						require.Equal(t, res[k-len(batch)].NextRunAt, r.NextRunAt, r.ID)
+					}
+				}
+				qs := queueStats(t, s)["default"]
+				require.EqualValues(t, 2, qs.Ready, "now and old-now, once each")
+				require.EqualValues(t, 4, qs.Scheduled, "soon, far, cron and old-far, once each")
+				shardtest.CheckCounts(t, s)
+			})
+		}
 	})
 }

@@ -419,29 +419,49 @@ end
 -- (shard/jobs.go appendPayload) is stored joined as 'p'. The fields between defStart and
 -- defEnd of argv (the script's ARGV: a function's helpers cannot see it) are name,
 -- value, ...
+-- lengthStrs caches the strings of the lengths cold_record writes (most are short and
+-- recur: a type's name, a payload's size); formatting one costs as much as the rest of
+-- a definition field.
+local lengthStrs = {}
+local function length_str(n)
+  local s = lengthStrs[n]
+  if not s then
+    s = num(n)
+    if n < 1024 then
+      lengthStrs[n] = s
+    end
+  end
+  return s
+end
+
 local function cold_record(id, due, dueStr, bucketStart, now, dh, argv, defStart, defEnd)
   -- A packed job's record (bucket start 0, age 0) needs no number formatted.
   local age = now == due and '0' or num(due - now)
   local parts = { id, '|', bucketStart == 0 and dueStr or num(due - bucketStart), '|', age, '|', dh, '|', '.' }
+  local np = 9
   local payload
   for k = defStart, defEnd, 2 do
     local f, v = argv[k], argv[k + 1]
-    if f == 'sv' and v == '@' .. dueStr then
-      parts[9] = '@'
-    elseif f == 'sv' and v == '+' .. age then
-      parts[9] = '+'
-    elseif f == 'p' or string.match(f, '^p%d$') then
+    if f == 'sv' then
+      if v == '@' .. dueStr then
+        parts[9] = '@'
+      elseif v == '+' .. age then
+        parts[9] = '+'
+      else
+        parts[np + 1], parts[np + 2] = 'sv=' .. length_str(#v) .. ':', v
+        np = np + 2
+      end
+    elseif f == 'p' or (#f == 2 and string.byte(f) == 112 and string.byte(f, 2) <= 57) then
+      -- A payload chunk: p, p1 … p7 (the field names that start with p are those and pr;
+      -- '9' is 57, 'r' 114).
       payload = payload and payload .. v or v
     else
-      -- A length formatted with num: Lua's own number-to-string conversion is the C
-      -- library's floating-point printf.
-      parts[#parts + 1] = f .. '=' .. num(#v) .. ':'
-      parts[#parts + 1] = v
+      parts[np + 1], parts[np + 2] = f .. '=' .. length_str(#v) .. ':', v
+      np = np + 2
     end
   end
   if payload then
-    parts[#parts + 1] = 'p=' .. num(#payload) .. ':'
-    parts[#parts + 1] = payload
+    parts[np + 1], parts[np + 2] = 'p=' .. length_str(#payload) .. ':', payload
   end
   return table.concat(parts)
 end
