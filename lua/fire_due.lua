@@ -128,7 +128,7 @@ if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
 end
 local cron = {}
 local count, fired = 0, 0
-local match = string.match
+local match, find, byte = string.match, string.find, string.byte
 
 -- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
 local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', horizonStr, 'LIMIT', '0', '64')
@@ -153,6 +153,9 @@ for _, b in ipairs(buckets) do
   -- the packed run before (most runs of a call share a queue): unfile_later and
   -- add_ready, with their lists and counts kept across the packed runs, the most common.
   local unfiled, readyQ, adds, inQ = {}
+  -- readyTail is readyQ..'|', as it follows the creation time and visibility timeout in
+  -- a packed value.
+  local readyTail
   -- Whether every entry read is a packed run: none of them is left in the bucket, and no
   -- call changed the bucket since the read.
   local packedOnly = true
@@ -161,21 +164,41 @@ for _, b in ipairs(buckets) do
     local id, d = ids[k], dues[k]
     local pv = packed[k]
     if pv then
-      -- A packed job's first run: ready (its member in the ready set is its state).
-      local q, pri = match(pv, '^%d+|%d*|([^|]*)|(%d*)|')
-      if q == '' then
-        q = 'default'
+      -- A packed job's first run: ready (its member in the ready set is its state). Its
+      -- value starts "cr|vt|q|pr|" (common's PACKED), cr of 13 digits. The common case,
+      -- the queue of the packed run before and a priority of one digit or the default,
+      -- is read by position: no pattern match, and no string made for either.
+      local qs = 16
+      if byte(pv, 15) ~= 124 or byte(pv, 14) ~= 124 then
+        qs = (find(pv, '|', 15, true) or -1) + 1
       end
-      if q ~= readyQ then
-        if inQ then
-          stat('s', readyQ, -inQ)
+      local score
+      if readyTail and #d == 13 and find(pv, readyTail, qs, true) == qs then
+        local ps = qs + #readyTail
+        local b = byte(pv, ps)
+        if b == 124 then
+          score = '4' .. d -- the default priority, 5
+        elseif byte(pv, ps + 1) == 124 then
+          score = PRI_BYTE_DIGIT[b] and PRI_BYTE_DIGIT[b] .. d
         end
-        readyQ, adds, inQ = q, ready_list(q), 0
+      end
+      if not score then
+        local q, pri = match(pv, '^%d+|%d*|([^|]*)|(%d*)|')
+        if q == '' then
+          q = 'default'
+        end
+        if q ~= readyQ then
+          if inQ then
+            stat('s', readyQ, -inQ)
+          end
+          readyQ, readyTail, adds, inQ = q, q .. '|', ready_list(q), 0
+        end
+        score = ready_score_str(pri, d)
       end
       inQ = inQ + 1
       unfiled[#unfiled + 1] = member
       local a = #adds
-      adds[a + 1], adds[a + 2] = ready_score_str(pri, d), member
+      adds[a + 1], adds[a + 2] = score, member
       fired = fired + 1
     else
       packedOnly = false

@@ -501,6 +501,64 @@ func TestPacked_ReadByAStoreThatDoesNotPack(t *testing.T) {
 	})
 }
 
+// Packed runs fired together, of two queues and every priority, are claimed in the order
+// job hashes are: by priority, then due time. fire_due reads a packed run's queue and
+// priority by position when its queue is the one of the run before.
+func TestPacked_FiredInPriorityOrder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		w := newTwins(t, b, shard.Config{})
+		now, err := w.packed.ServerNow(ctx)
+		require.NoError(t, err)
+		at := now.Add(30 * time.Second).Truncate(time.Millisecond)
+		var jobs []*job.Job
+		var ids []string
+		for i := range 48 {
+			j := &job.Job{ID: "j" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{At: at.Add(time.Duration(i%7) * time.Millisecond)}}
+			if p := i % 11; p < 10 {
+				j.Priority = &p // 10: the default
+			}
+			if i%5 == 0 || i%5 == 1 {
+				j.Queue = "q"
+			}
+			jobs = append(jobs, j)
+			ids = append(ids, j.ID)
+		}
+		w.both(func(s *shard.Store) {
+			_, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+			l := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
+			require.True(t, l.Held)
+			d, err := s.FireDue(ctx, l.Lease, 100, time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, len(jobs), d.Fired)
+		})
+		w.same(ids...)
+		for _, q := range []string{"default", "q"} {
+			var orders [2][]string
+			for k, s := range []*shard.Store{w.packed, w.hashed} {
+				c, err := s.Claim(ctx, 0, q, 100, "w", "n")
+				require.NoError(t, err)
+				for _, r := range c {
+					orders[k] = append(orders[k], r.JobID)
+				}
+			}
+			require.Equal(t, orders[1], orders[0], q)
+			byID := map[string]*job.Job{}
+			for _, j := range jobs {
+				byID[j.ID] = j
+			}
+			require.True(t, sort.SliceIsSorted(orders[0], func(a, b int) bool {
+				ja, jb := byID[orders[0][a]], byID[orders[0][b]]
+				if pa, pb := ja.PriorityOrDefault(), jb.PriorityOrDefault(); pa != pb {
+					return pa > pb
+				}
+				return ja.Schedule.At.Before(jb.Schedule.At)
+			}), "%s: %v", q, orders[0])
+		}
+	})
+}
+
 // A packed job's ready run has no run state: it reads as ready from its member in the
 // ready set, and cancels as a ready job does. A namespace written by an earlier version
 // holds "F" as the state of such a run, which reads, claims and acks the same.

@@ -218,6 +218,10 @@ end
 local PRI_DIGIT = { ['0'] = '9', ['1'] = '8', ['2'] = '7', ['3'] = '6', ['4'] = '5', ['5'] = '4',
   ['6'] = '3', ['7'] = '2', ['8'] = '1', ['9'] = '0' }
 
+-- PRI_BYTE_DIGIT is PRI_DIGIT by the byte of the priority's digit ('0' is 48).
+local PRI_BYTE_DIGIT = { [48] = '9', [49] = '8', [50] = '7', [51] = '6', [52] = '5', [53] = '4',
+  [54] = '3', [55] = '2', [56] = '1', [57] = '0' }
+
 -- ready_score_str is ready_score as the string ZADD takes. For a due time of 13 digits
 -- (ms, from 2001 to 2286) that is the digit 9 - priority followed by the due time: no
 -- number is parsed or formatted, which costs more than the rest of filing a run.
