@@ -534,7 +534,11 @@ func TestPacked_FiredInPriorityOrder(t *testing.T) {
 			require.Equal(t, len(jobs), d.Fired)
 		})
 		w.same(ids...)
-		for _, q := range []string{"default", "q"} {
+		byID := map[string]*job.Job{}
+		for _, j := range jobs {
+			byID[j.ID] = j
+		}
+		for q, n := range map[string]int{"default": 28, "q": 20} {
 			var orders [2][]string
 			for k, s := range []*shard.Store{w.packed, w.hashed} {
 				c, err := s.Claim(ctx, 0, q, 100, "w", "n")
@@ -543,11 +547,8 @@ func TestPacked_FiredInPriorityOrder(t *testing.T) {
 					orders[k] = append(orders[k], r.JobID)
 				}
 			}
+			require.Len(t, orders[0], n, q)
 			require.Equal(t, orders[1], orders[0], q)
-			byID := map[string]*job.Job{}
-			for _, j := range jobs {
-				byID[j.ID] = j
-			}
 			require.True(t, sort.SliceIsSorted(orders[0], func(a, b int) bool {
 				ja, jb := byID[orders[0][a]], byID[orders[0][b]]
 				if pa, pb := ja.PriorityOrDefault(), jb.PriorityOrDefault(); pa != pb {
