@@ -165,15 +165,16 @@ for _, b in ipairs(buckets) do
     local pv = packed[k]
     if pv then
       -- A packed job's first run: ready (its member in the ready set is its state). Its
-      -- value starts "cr|vt|q|pr|" (common's PACKED), cr of 13 digits. The common case,
-      -- the queue of the packed run before and a priority of one digit or the default,
-      -- is read by position: no pattern match, and no string made for either.
-      local qs = 16
-      if byte(pv, 15) ~= 124 or byte(pv, 14) ~= 124 then
-        qs = (find(pv, '|', 15, true) or -1) + 1
+      -- value starts "cr|vt|q|pr|" (common's PACKED). The common case, a creation time
+      -- of 13 digits, the queue of the packed run before and a priority of one digit or
+      -- the default, is read by position: no pattern match, and no string made for
+      -- either.
+      local qs
+      if byte(pv, 14) == 124 then
+        qs = byte(pv, 15) == 124 and 16 or (find(pv, '|', 15, true) or -1) + 1
       end
       local score
-      if readyTail and #d == 13 and find(pv, readyTail, qs, true) == qs then
+      if qs and readyTail and #d == 13 and find(pv, readyTail, qs, true) == qs then
         local ps = qs + #readyTail
         local b = byte(pv, ps)
         if b == 124 then
