@@ -178,7 +178,7 @@ for _, b in ipairs(buckets) do
         local ps = qs + #readyTail
         local b = byte(pv, ps)
         if b == 124 then
-          score = '4' .. d -- the default priority, 5
+          score = PRI_DIGIT['5'] .. d -- the default priority
         elseif byte(pv, ps + 1) == 124 then
           score = PRI_BYTE_DIGIT[b] and PRI_BYTE_DIGIT[b] .. d
         end
