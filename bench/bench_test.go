@@ -61,6 +61,19 @@ func TestThroughput_ProcessesEveryJob(t *testing.T) {
 	})
 }
 
+func TestThroughput_DefaultSlotsByBackend(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		res, err := bench.Throughput(context.Background(), bench.ThroughputConfig{Common: common(b), Jobs: 50, Payload: 10})
+		require.NoError(t, err)
+		require.Equal(t, 50, res.Processed)
+		want := bench.DefaultConcurrency
+		if b.Name == redistest.Cluster {
+			want = bench.DefaultClusterConcurrency
+		}
+		require.Equal(t, want, res.Concurrency, "on %s (%s)", b.Name, res.Backend)
+	})
+}
+
 // requireCPUFigure checks that a real Redis's CPU time per run was measured, and that the
 // embedded one (no INFO cpu) reports none.
 func requireCPUFigure(t *testing.T, b redistest.Backend, perRun float64) {
@@ -95,6 +108,8 @@ func TestScenarios_RejectBadSettings(t *testing.T) {
 	require.ErrorContains(t, err, "exclude each other")
 	_, err = bench.Throughput(ctx, bench.ThroughputConfig{Jobs: -1})
 	require.ErrorContains(t, err, "--jobs")
+	_, err = bench.Throughput(ctx, bench.ThroughputConfig{Jobs: 1, Concurrency: -1})
+	require.ErrorContains(t, err, "--concurrency -1")
 	_, err = bench.Memory(ctx, bench.MemoryConfig{Jobs: 10})
 	require.ErrorContains(t, err, "needs a real Redis")
 	_, err = bench.Bare(ctx, bench.BareConfig{Jobs: 0})

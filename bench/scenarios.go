@@ -204,7 +204,9 @@ wait:
 // ThroughputConfig configures the throughput scenario.
 type ThroughputConfig struct {
 	Common
-	Jobs        int
+	Jobs int
+	// Concurrency is the worker's handler slots; 0: DefaultConcurrency, or
+	// DefaultClusterConcurrency on a Redis Cluster.
 	Concurrency int
 	Payload     int
 }
@@ -233,14 +235,20 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (*ThroughputResult, e
 	if cfg.Jobs < 1 {
 		return nil, errors.New("bench throughput: --jobs must be positive")
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
+	if cfg.Concurrency < 0 {
+		return nil, fmt.Errorf("bench throughput: --concurrency %d: want 0 (the default for the backend) or more", cfg.Concurrency)
 	}
 	e, err := connect(ctx, cfg.Common, true)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close(ctx)
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+		if e.cluster {
+			cfg.Concurrency = DefaultClusterConcurrency
+		}
+	}
 	res := &ThroughputResult{Scenario: "throughput", Backend: e.backend, Shards: e.store.Shards(), Jobs: cfg.Jobs, Concurrency: cfg.Concurrency,
 		Procs: runtime.GOMAXPROCS(0)}
 	body := payload(cfg.Payload)

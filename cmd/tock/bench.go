@@ -70,6 +70,9 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	switch scenario {
 	case "fire":
 		defConc = bench.DefaultFireConcurrency
+	case "throughput":
+		defConc = 0
+		concUsage = fmt.Sprintf("worker handler slots (default %d on one Redis server, %d on a Redis Cluster)", bench.DefaultConcurrency, bench.DefaultClusterConcurrency)
 	case "bare":
 		defConc, concUsage = bench.DefaultBareStreams, "pipelines run side by side, each on its own keys"
 		fs.IntVar(&batch, "batch", bench.DefaultBareBatch, "jobs per command or script call")
