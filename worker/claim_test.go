@@ -3,12 +3,15 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -129,4 +132,69 @@ func TestNextRound_SharesFreeSlotsAmongFewSources(t *testing.T) {
 	// None free: no round.
 	_, reqs = w.nextRound(nil, nil, 0)
 	require.Empty(t, reqs)
+}
+
+// A claim takes at most shard.MaxClaim runs. A round with more free slots asks a source
+// for no more than that, and a claim that took that many keeps its source hot: taking it
+// for an empty source left the rest of a deep ready set to the next sweep.
+func TestClaims_NoMoreThanMaxClaimAndAFullOneKeepsTheSourceHot(t *testing.T) {
+	_, c := redistest.Mini(t)
+	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: "wm", Shards: 4})
+	require.NoError(t, err)
+	w, err := New(Config{Store: s, Concurrency: 2 * shard.MaxClaim, Prefetch: shard.MaxClaim})
+	require.NoError(t, err)
+	src := source{"default", 1}
+	w.markHot(src, 0)
+	_, reqs := w.nextRound(nil, nil, 3*shard.MaxClaim)
+	require.Equal(t, []shard.ClaimRequest{{Shard: 1, Queue: "default", N: shard.MaxClaim}}, reqs)
+
+	claimed := func(n int) []shard.Claimed {
+		runs := make([]shard.Claimed, n)
+		for i := range runs {
+			runs[i] = shard.Claimed{Shard: 1, Member: fmt.Sprintf("j%d-%d:1", n, i), Token: "t"}
+		}
+		return runs
+	}
+	// Asked for more than a claim takes (as a caller of an older nextRound did), and got
+	// MaxClaim: not empty.
+	over := []shard.ClaimRequest{{Shard: 1, Queue: "default", N: 3 * shard.MaxClaim}}
+	require.Empty(t, w.takeClaims(over, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim), At: 10}}, time.Now()))
+	require.Contains(t, w.hot, src)
+	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim), At: 11}}, time.Now()))
+	require.Contains(t, w.hot, src)
+	// One run fewer: the source is empty.
+	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim - 1), At: 12}}, time.Now()))
+	require.NotContains(t, w.hot, src)
+}
+
+// End to end: a worker with more slots than a claim takes drains a ready set deeper than
+// one claim without waiting for its sweep (an hour here).
+func TestWorker_DrainsMoreThanOneClaimWithoutTheSweep(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		s, err := shard.Open(ctx, b.Client(t), shard.Config{Namespace: redistest.Namespace(t, b), Shards: 1})
+		require.NoError(t, err)
+		const n = 2*shard.MaxClaim + 500
+		jobs := make([]*job.Job, n)
+		for i := range jobs {
+			jobs[i] = &job.Job{ID: fmt.Sprintf("d%d", i), Type: "t", Schedule: job.Schedule{Now: true}}
+		}
+		_, err = s.Create(ctx, jobs)
+		require.NoError(t, err)
+		var done atomic.Int64
+		w, err := New(Config{Store: s, Concurrency: shard.MaxClaim + 500, Sweep: time.Hour})
+		require.NoError(t, err)
+		w.HandleFunc("t", func(context.Context, *Run) error {
+			done.Add(1)
+			return nil
+		})
+		require.NoError(t, w.Start(ctx))
+		defer stopSoon(w)
+		for deadline := time.Now().Add(45 * time.Second); done.Load() < n && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Equal(t, int64(n), done.Load(), "runs handled")
+	})
 }

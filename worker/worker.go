@@ -583,12 +583,15 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, free int) 
 			reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
 		}
 	}
-	// Share the free slots: every source gets at least one, the first ones the rest.
+	// Share the free slots: every source gets at least one, the first ones the rest, and
+	// none more than a claim takes (shard.MaxClaim): a claim that fills what it asked for
+	// keeps its source hot, so slots left over go to the next round at once.
 	for i := range reqs {
 		reqs[i].N = free / len(reqs)
 		if i < free%len(reqs) {
 			reqs[i].N++
 		}
+		reqs[i].N = min(reqs[i].N, shard.MaxClaim)
 	}
 	return order, reqs
 }
@@ -648,7 +651,9 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			continue
 		}
 		src := source{req.Queue, req.Shard}
-		if len(res.Runs) < req.N {
+		// A claim takes at most shard.MaxClaim runs, however many were asked for: one
+		// that took that many did not find the source empty.
+		if len(res.Runs) < min(req.N, shard.MaxClaim) {
 			if at, ok := w.hot[src]; ok && at >= res.At {
 				w.hot[src] = 0
 			} else {
