@@ -218,7 +218,9 @@ end
 local PRI_DIGIT = { ['0'] = '9', ['1'] = '8', ['2'] = '7', ['3'] = '6', ['4'] = '5', ['5'] = '4',
   ['6'] = '3', ['7'] = '2', ['8'] = '1', ['9'] = '0' }
 
--- PRI_BYTE_DIGIT is PRI_DIGIT by the byte of the priority's digit ('0' is 48).
+-- PRI_BYTE_DIGIT is PRI_DIGIT by the byte of the priority's digit ('0' is 48). Written
+-- out rather than built from PRI_DIGIT: a function library's load-time code cannot call
+-- pairs (FUNCTION LOAD fails with "nonexistent global variable 'pairs'").
 local PRI_BYTE_DIGIT = { [48] = '9', [49] = '8', [50] = '7', [51] = '6', [52] = '5', [53] = '4',
   [54] = '3', [55] = '2', [56] = '1', [57] = '0' }
 
