@@ -22,7 +22,7 @@
 --
 -- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
 --               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot, P..'jobs:packed',
---               P..'runs:packed'
+--               P..'runs:packed', P..'plain'
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
 --
@@ -58,6 +58,8 @@ local wake = -1
 local results = {}
 local nr = 0
 local dueAdds, dueBuckets = {}, {}
+-- Plain runs (common's PLAIN): score, member, ...
+local plainAdds = {}
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
@@ -108,7 +110,7 @@ for c = 1, n do
   local at = newJobs[id]
   if at then
     existing = { results[at + 2], results[at + 3], results[at + 4] }
-  elseif (anyHash and redis.call('EXISTS', jobKey) == 1 or packedIDs[id] and unpack_job(P, id) or
+  elseif (anyHash and redis.call('EXISTS', jobKey) == 1 or packedIDs[id] and unpack_job(P, id, bucketsKey, bucketMs) or
       anyCold and thaw_cold(P, bucketsKey, bucketMs, id)) then
     existing = redis.call('HMGET', jobKey, 'st', 'nx', 'dh')
   end
@@ -141,7 +143,12 @@ for c = 1, n do
       else
         state, next, nextStr, rl = 'scheduled', due, dueStr, ','
         stat('s', q, 1)
-        local adds = group(dueAdds, dueBuckets, lastB)
+        -- A packed one-time job of the default queue and priority is a plain run (common's
+        -- PLAIN); any other run goes to its due bucket.
+        local adds = plainAdds
+        if not (pack and kind ~= 'cron' and (q == 'default' or q == '') and (pri == '5' or pri == '')) then
+          adds = group(dueAdds, dueBuckets, lastB)
+        end
         local k = #adds
         adds[k + 1], adds[k + 2] = dueStr, id .. ':' .. dueStr
         if (not earliest or due < earliest) and (wake == -1 or due < wake) then
@@ -177,6 +184,10 @@ for _, b in ipairs(dueBuckets) do
     redis.call('ZADD', P .. 'due:' .. b, unpack(adds, k, math.min(k + 5999, #adds)))
   end
   redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
+end
+
+for k = 1, #plainAdds, 6000 do
+  redis.call('ZADD', P .. PLAIN, unpack(plainAdds, k, math.min(k + 5999, #plainAdds)))
 end
 
 for _, b in ipairs(packBuckets) do

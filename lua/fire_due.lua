@@ -23,7 +23,7 @@
 --
 -- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats',
 --               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot, P..'jobs:packed',
---               P..'runs:packed', P..'expiry', P..'expiry:'..bucket
+--               P..'runs:packed', P..'expiry', P..'expiry:'..bucket, P..'plain'
 --
 -- Packed jobs that succeeded (common's PACKED) are deleted once their expiry has passed,
 -- EXPIRE_MAX a call, from the lists of the expiry buckets that ended by now.
@@ -253,9 +253,33 @@ for _, b in ipairs(buckets) do
   end
 end
 
+-- Plain runs (common's PLAIN) due up to the horizon, with what is left of the limit: ready
+-- in the default queue at the default priority, from their names alone. They are the
+-- set's first by rank, removed by rank.
+local plainKey = P .. PLAIN
+if count < limit then
+  local plain = redis.call('ZRANGEBYSCORE', plainKey, '-inf', horizonStr, 'LIMIT', '0', num(limit - count))
+  local np = #plain
+  if np > 0 then
+    local adds = ready_list('default')
+    local a = #adds
+    local p5 = PRI_DIGIT['5']
+    for k = 1, np do
+      local member = plain[k]
+      local d = match(member, '^[^:]*:(.*)$')
+      adds[a + 1], adds[a + 2] = #d == 13 and p5 .. d or ready_score_str('5', d), member
+      a = a + 2
+    end
+    redis.call('ZREMRANGEBYRANK', plainKey, '0', num(np - 1))
+    stat('s', 'default', -np)
+    count, fired = count + np, fired + np
+  end
+end
+
 -- The earliest entry after the horizon: such entries are only in the bucket that holds the
 -- horizon and later ones, so when the last bucket fired from has one, it is the earliest (and
--- that bucket is not empty). Otherwise the first buckets of the index are searched.
+-- that bucket is not empty). Otherwise the first buckets of the index are searched. The
+-- plain runs' earliest is the first of their set after the horizon.
 local nextDue = -1
 local keep
 if count >= limit or #buckets == 64 then
@@ -275,6 +299,13 @@ if nextDue == -1 then
       nextDue = tonumber(first[2])
       break
     end
+  end
+end
+if nextDue ~= now then
+  local first = redis.call('ZRANGE', plainKey, '0', '0', 'WITHSCORES')
+  local t = first[2] and tonumber(first[2])
+  if t and (nextDue == -1 or t < nextDue) then
+    nextDue = t
   end
 end
 

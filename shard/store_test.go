@@ -513,48 +513,145 @@ func firingShard(t *testing.T) (s *shard.Store, t0 time.Time, fire func(at time.
 	}
 }
 
+// A fire reports when the next entry comes due, whether the runs are plain (packed jobs
+// of the default queue and priority, in the shard's plain set) or filed in due buckets.
 func TestFireDue_NextDue(t *testing.T) {
+	seven := 7
+	for _, tc := range []struct {
+		name string
+		pri  *int
+		// per check: due buckets in the index, runs in the plain set
+		want [][2]int
+	}{
+		{"plain runs", nil, [][2]int{{0, 5}, {0, 4}, {0, 1}, {0, 0}}},
+		{"runs in due buckets", &seven, [][2]int{{2, 0}, {2, 0}, {1, 0}, {0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, t0, fire := firingShard(t)
+			check := 0
+			filed := func() {
+				t.Helper()
+				c := s.Client()
+				b, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Buckets(0)).Build()).AsInt64()
+				require.NoError(t, err)
+				p, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Plain(0)).Build()).AsInt64()
+				require.NoError(t, err)
+				require.Equal(t, tc.want[check], [2]int{int(b), int(p)}, "check %d: buckets, plain runs", check)
+				check++
+			}
+
+			d := fire(t0, 100)
+			require.Equal(t, int64(-1), d.NextDue, "nothing scheduled")
+
+			dues := []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second, 90 * time.Second}
+			for i, off := range dues {
+				_, err := s.Create(ctx, []*job.Job{{ID: "n" + strconv.Itoa(i), Type: "t", Priority: tc.pri, Schedule: job.Schedule{At: t0.Add(off)}}})
+				require.NoError(t, err)
+			}
+			filed()
+
+			d = fire(t0.Add(time.Second), 100)
+			require.Zero(t, d.Fired)
+			require.Equal(t, t0.Add(10*time.Second).UnixMilli(), d.NextDue)
+
+			d = fire(t0.Add(15*time.Second), 100) // fires one; the bucket still holds three
+			require.Equal(t, 1, d.Fired)
+			require.Equal(t, t0.Add(20*time.Second).UnixMilli(), d.NextDue)
+			filed()
+
+			d = fire(t0.Add(35*time.Second), 1) // two are due (three runs), one taken: come back now
+			require.Equal(t, 1, d.Fired)
+			require.Equal(t, d.Now, d.NextDue)
+			d = fire(t0.Add(35*time.Second), 100)
+			require.Equal(t, 2, d.Fired)
+			require.Equal(t, t0.Add(90*time.Second).UnixMilli(), d.NextDue, "the next entry is in a later bucket")
+			filed() // an emptied bucket left the index
+
+			d = fire(t0.Add(2*time.Minute), 100)
+			require.Equal(t, 1, d.Fired)
+			require.Equal(t, int64(-1), d.NextDue)
+			filed()
+		})
+	}
+}
+
+// Plain runs (packed jobs of the default queue and priority) wait in the shard's plain
+// set, not in a due bucket; a fire takes the first ones by due time, as many as its limit
+// leaves; whatever unpacks such a job (an update, a cancel) moves its run to its due
+// bucket first, so the fire's unread path never meets a job that is no longer plain.
+func TestFireDue_PlainRuns(t *testing.T) {
 	ctx := context.Background()
-	s, t0, fire := firingShard(t)
-	buckets := func() int {
+	s, t0, fireAt := firingShard(t)
+	fire := func(at time.Duration, limit int) *shard.Due { t.Helper(); return fireAt(t0.Add(at), limit) }
+	c := s.Client()
+	zrange := func(key string) []string {
 		t.Helper()
-		c := s.Client()
-		n, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Buckets(0)).Build()).AsInt64()
+		out, err := c.Do(ctx, c.B().Zrange().Key(key).Min("0").Max("-1").Build()).AsStrSlice()
 		require.NoError(t, err)
-		return int(n)
+		return out
 	}
-
-	d := fire(t0, 100)
-	require.Equal(t, int64(-1), d.NextDue, "nothing scheduled")
-
-	dues := []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second, 90 * time.Second}
-	for i, off := range dues {
-		_, err := s.Create(ctx, []*job.Job{{ID: "n" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{At: t0.Add(off)}}})
+	plain := func() []string { t.Helper(); return zrange(s.Keys().Plain(0)) }
+	bucket := func() []string { t.Helper(); return zrange(s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())) }
+	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
+	create := func(j *job.Job) {
+		t.Helper()
+		_, err := s.Create(ctx, []*job.Job{j})
 		require.NoError(t, err)
 	}
-	require.Equal(t, 2, buckets())
+	once := func(id string, at time.Duration) *job.Job {
+		return &job.Job{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}
+	}
 
-	d = fire(t0.Add(time.Second), 100)
-	require.Zero(t, d.Fired)
-	require.Equal(t, t0.Add(10*time.Second).UnixMilli(), d.NextDue)
+	for i, at := range []time.Duration{12 * time.Second, 10 * time.Second, 11 * time.Second} {
+		create(once("p"+strconv.Itoa(i), at))
+	}
+	// Another queue or priority, or a job hash, is filed in its due bucket.
+	other := once("q", 14*time.Second)
+	other.Queue = "other"
+	create(other)
+	two := 2
+	hi := once("hi", 15*time.Second)
+	hi.Priority = &two
+	create(hi)
+	require.Equal(t, []string{member("p1", 10*time.Second), member("p2", 11*time.Second), member("p0", 12*time.Second)}, plain())
+	require.Equal(t, []string{member("q", 14*time.Second), member("hi", 15*time.Second)}, bucket())
 
-	d = fire(t0.Add(15*time.Second), 100) // fires one; the bucket still holds three
-	require.Equal(t, 1, d.Fired)
-	require.Equal(t, t0.Add(20*time.Second).UnixMilli(), d.NextDue)
-	require.Equal(t, 2, buckets())
-
-	d = fire(t0.Add(35*time.Second), 1) // two are due (three runs), one taken: come back now
-	require.Equal(t, 1, d.Fired)
-	require.Equal(t, d.Now, d.NextDue)
-	d = fire(t0.Add(35*time.Second), 100)
+	d := fire(13*time.Second, 2)
 	require.Equal(t, 2, d.Fired)
-	require.Equal(t, t0.Add(90*time.Second).UnixMilli(), d.NextDue, "the next entry is in a later bucket")
-	require.Equal(t, 1, buckets(), "the emptied bucket left the index")
+	require.Equal(t, []string{member("p0", 12*time.Second)}, plain())
+	d = fire(16*time.Second, 100)
+	require.Equal(t, 3, d.Fired)
+	require.Empty(t, plain())
+	require.Empty(t, bucket())
 
-	d = fire(t0.Add(2*time.Minute), 100)
-	require.Equal(t, 1, d.Fired)
-	require.Equal(t, int64(-1), d.NextDue)
-	require.Zero(t, buckets())
+	// Unpacked by an update and by a cancel: moved to the bucket, then as a job hash's run.
+	create(once("u", 40*time.Second))
+	create(once("x", 41*time.Second))
+	create(once("k", 42*time.Second))
+	seven := 7
+	_, err := s.Update(ctx, "u", shard.Update{Priority: &seven})
+	require.NoError(t, err)
+	_, _, err = s.Cancel(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, []string{member("k", 42*time.Second)}, plain())
+	require.Equal(t, []string{member("u", 40*time.Second)}, bucket())
+	d = fire(45*time.Second, 100)
+	require.Equal(t, 2, d.Fired)
+
+	claimed, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range claimed {
+		ids = append(ids, r.JobID)
+	}
+	// Priority first (higher numbers first: u 7, the default 5, hi 2), then due time.
+	require.Equal(t, []string{"u", "p1", "p2", "p0", "k", "hi"}, ids)
+	require.Empty(t, plain())
+	other2, err := s.Claim(ctx, 0, "other", 10, "w", "n")
+	require.NoError(t, err)
+	require.Len(t, other2, 1)
+	require.Equal(t, "q", other2[0].JobID)
 }
 
 // A fire takes the packed runs it reads out of their due bucket, whether the bucket holds
@@ -578,8 +675,11 @@ func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 		_, err := s.Create(ctx, []*job.Job{j})
 		require.NoError(t, err)
 	}
+	// Of priority 7: a packed job of the default priority is a plain run, filed in the
+	// shard's plain set instead (TestFireDue_PlainRuns).
+	seven := 7
 	once := func(id string, at time.Duration) *job.Job {
-		return &job.Job{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}
+		return &job.Job{ID: id, Type: "t", Priority: &seven, Schedule: job.Schedule{At: t0.Add(at)}}
 	}
 
 	// Packed runs only, more due than the limit: the first ones by due time leave.
@@ -597,7 +697,7 @@ func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 	create(once("a", 21*time.Second))
 	create(once("u", 22*time.Second))
 	create(once("b", 23*time.Second))
-	pri := 7
+	pri := 6
 	_, err := s.Update(ctx, "u", shard.Update{Priority: &pri}) // unpacks it
 	require.NoError(t, err)
 	require.Len(t, left(), 4)

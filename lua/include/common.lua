@@ -541,6 +541,17 @@ end
 --                           deletes them once their expiry has passed)
 local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
 
+-- PLAIN names the shard's ZSET of plain runs: the scheduled first runs of packed jobs of
+-- the default queue and priority (the common case), scored by due time (ms) as in a due
+-- bucket; create_jobs files them there instead of a due bucket. fire_due makes them
+-- ready without reading their jobs: a member there is always such a run, so its queue
+-- and ready score follow from its name. Whatever makes the job something else unpacks it
+-- first, and unpack_job moves the run to its due bucket. One set per shard, not one per
+-- bucket: packed jobs are due within the store's ColdAfter (later ones are cold), and the
+-- set is read from its start, like a bucket.
+--   P..'plain'        ZSET  member id..':'..due of a plain run; score = due ms
+local PLAIN = 'plain'
+
 -- INFLIGHT_PIN is a member of every shard's inflight set, scored +inf, that claim_runs
 -- adds first with every claim. Longer than Redis's zset-max-listpack-value (64 by
 -- default), it makes the set a skiplist from its creation, and keeps it from ever being
@@ -567,7 +578,8 @@ end
 
 -- packed_fields returns the job hash fields (HGETALL's form) that packed job id of
 -- shard prefix P, stored as value v with run state run (nil or false while scheduled
--- or ready), stands for, and its expiry time (ms, -1 none); nil when it has expired.
+-- or ready), stands for, its expiry time (ms, -1 none) and its run's due time (the
+-- string of its member); nil when it has expired.
 local function packed_fields(P, id, v, run, now)
   local cr, q, rec = string.match(v, '^(%d+)|%d*|([^|]*)|%d*|(.*)$')
   -- Packed with bucket start 0: the offset is the due time. Scheduled as read.
@@ -575,17 +587,17 @@ local function packed_fields(P, id, v, run, now)
   f[6] = cr
   -- Without a run state, its run is ready when fire_due moved it to its ready set.
   if not run and not redis.call('ZSCORE', P .. 'ready:' .. (q == '' and 'default' or q), id .. ':' .. dueStr) then
-    return f, -1
+    return f, -1, dueStr
   end
   f[2], f[4], f[10] = 'ready', '0', ',' .. dueStr .. ','
   if not run or run == 'F' then
-    return f, -1
+    return f, -1, dueStr
   end
   local rf = 'r' .. dueStr
   local tok, wk, start = string.match(run, '^R|([^|]*)|([^|]*)|([^|]*)|')
   if tok then
     f[#f + 1], f[#f + 2] = rf, 'running|1|1|' .. tok .. '|' .. wk .. '|' .. start .. '||'
-    return f, -1
+    return f, -1, dueStr
   end
   local wk2, start2, stop, exp = string.match(run, '^C|[^|]*|([^|]*)|([^|]*)|[^|]*|(%d+)|(%d+)$')
   if not exp or tonumber(exp) <= now then
@@ -595,7 +607,7 @@ local function packed_fields(P, id, v, run, now)
   f[2], f[10] = 'completed', ','
   f[#f + 1], f[#f + 2] = rf, 'succeeded|1|1||' .. wk2 .. '|' .. start2 .. '|' .. stop .. '|'
   f[#f + 1], f[#f + 2] = 'hs', dueStr
-  return f, tonumber(exp)
+  return f, tonumber(exp), dueStr
 end
 
 -- def_of returns the value of definition field name among the fields between defStart
@@ -611,9 +623,12 @@ end
 
 -- unpack_job makes packed job id an ordinary one: the job hash it stands for, with the
 -- expiry of a succeeded one; its run stays where it is filed (due bucket, ready or
--- inflight set). A packed job whose expiry has passed is deleted. Returns true when it
--- was packed (and has not expired). Costs one HGET when it was not.
-local function unpack_job(P, id)
+-- inflight set), except a plain run (PLAIN), which moves to its due bucket (of index
+-- bucketsKey and width bucketMs). A caller whose packed jobs' runs are all in flight
+-- (a heartbeat, a worker's outcome) may leave both out. A packed job whose expiry has
+-- passed is deleted. Returns true when it was packed (and has not expired). Costs one
+-- HGET when it was not.
+local function unpack_job(P, id, bucketsKey, bucketMs)
   local v = redis.call('HGET', P .. PACKED, id)
   if not v then
     return false
@@ -623,7 +638,7 @@ local function unpack_job(P, id)
   if run then
     redis.call('HDEL', P .. PACKED_RUNS, id)
   end
-  local f, exp = packed_fields(P, id, v, run, now_ms())
+  local f, exp, dueStr = packed_fields(P, id, v, run, now_ms())
   if not f then
     return false
   end
@@ -631,6 +646,15 @@ local function unpack_job(P, id)
   redis.call('HSET', jobKey, unpack(f))
   if exp > 0 then
     redis.call('PEXPIREAT', jobKey, num(exp))
+  end
+  -- A scheduled run (no run state) may be a plain one: filed as a job hash's is.
+  if bucketMs and not run then
+    local member = id .. ':' .. dueStr
+    if redis.call('ZREM', P .. PLAIN, member) == 1 then
+      local b = math.floor(tonumber(dueStr) / bucketMs)
+      redis.call('ZADD', P .. 'due:' .. num(b), dueStr, member)
+      redis.call('ZADD', bucketsKey, num(b * bucketMs), num(b))
+    end
   end
   return true
 end
@@ -657,7 +681,7 @@ end
 -- (unpack_job, thaw_cold). Returns true when it was cold or packed. Costs two HGETs when
 -- not.
 local function thaw_job(P, bucketsKey, bucketMs, id)
-  return unpack_job(P, id) or thaw_cold(P, bucketsKey, bucketMs, id)
+  return unpack_job(P, id, bucketsKey, bucketMs) or thaw_cold(P, bucketsKey, bucketMs, id)
 end
 
 -- packed_runs returns the job ids of run members and their packed run states (false for

@@ -71,6 +71,7 @@ func CheckCounts(t testing.TB, s *shard.Store) {
 			n, _ := strconv.ParseInt(b, 10, 64)
 			count(id, zrange(k.Due(id, n)), 0)
 		}
+		count(id, zrange(k.Plain(id)), 0)
 		// Cold jobs (shard.Config.ColdAfter) count as scheduled: their records in the
 		// shard's packs start with their ids.
 		var cold []string
