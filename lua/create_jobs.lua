@@ -53,6 +53,10 @@ if firstBucket[1] then
     earliest = tonumber(first[2])
   end
 end
+local firstPlain = redis.call('ZRANGE', P .. PLAIN, '0', '0', 'WITHSCORES')
+if firstPlain[2] and (not earliest or tonumber(firstPlain[2]) < earliest) then
+  earliest = tonumber(firstPlain[2])
+end
 
 local wake = -1
 local results = {}

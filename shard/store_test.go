@@ -1063,3 +1063,52 @@ func TestCreate_SameIDTwiceInACall(t *testing.T) {
 		}
 	})
 }
+
+// A create wakes the shard's dispatcher only for a run due before every run the shard
+// holds, plain runs (packed jobs of the default queue and priority, in the shard's plain
+// set) among them.
+func TestCreate_WakesOnlyForAnEarlierRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.UnixMilli(1_800_000_000_000).Truncate(time.Minute)
+	s, _ := frozen(t, t0, shard.Config{Shards: 1})
+	got := make(chan string, 64)
+	go func() {
+		_ = s.Subscribe(ctx, []string{s.Keys().WakeChannel()}, func(ch, msg string) { got <- msg })
+	}()
+	create := func(id string, at time.Duration) {
+		t.Helper()
+		_, err := s.Create(ctx, []*job.Job{{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}})
+		require.NoError(t, err)
+	}
+	wake := func(at time.Duration) string { return "0 " + strconv.FormatInt(t0.Add(at).UnixMilli(), 10) }
+	// A subscription is not confirmed to its caller: create ever earlier runs, each of
+	// which wakes, until a signal arrives.
+	at := time.Minute
+	for k := 0; ; k++ {
+		require.Less(t, k, 100, "no wake signal")
+		at -= time.Millisecond
+		create("a"+strconv.Itoa(k), at)
+		select {
+		case <-got:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	for len(got) > 0 {
+		<-got
+	}
+	plain, err := s.Client().Do(ctx, s.Client().B().Zcard().Key(s.Keys().Plain(0)).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Positive(t, plain, "the runs are plain")
+
+	create("later", 90*time.Second) // after the plain runs held: no wake
+	create("sooner", 10*time.Second)
+	select {
+	case msg := <-got:
+		require.Equal(t, wake(10*time.Second), msg, "the later run woke the dispatcher")
+	case <-ctx.Done():
+		t.Fatal("no wake signal for the earlier run")
+	}
+}
