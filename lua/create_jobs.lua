@@ -22,7 +22,7 @@
 --
 -- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
 --               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot, P..'jobs:packed',
---               P..'runs:packed', P..'plain'
+--               P..'runs:packed', P..'plain:'..pri..':'..queue, P..'plains'
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
 --
@@ -44,7 +44,10 @@ local pack = ARGV[5] == '1'
 
 local now, _, nowStr = now_ms()
 
--- The shard's earliest due time before this call, to decide whether to wake the dispatcher.
+-- The shard's earliest due time before this call, to decide whether to wake the
+-- dispatcher: of its due buckets here, of the plain sets this call files runs in at the
+-- end. Another plain set's earlier run is left out: a wake that was not needed costs the
+-- dispatcher a look, one that is missing would leave a run late.
 local earliest = nil
 local firstBucket = redis.call('ZRANGE', bucketsKey, '0', '0')
 if firstBucket[1] then
@@ -53,17 +56,15 @@ if firstBucket[1] then
     earliest = tonumber(first[2])
   end
 end
-local firstPlain = redis.call('ZRANGE', P .. PLAIN, '0', '0', 'WITHSCORES')
-if firstPlain[2] and (not earliest or tonumber(firstPlain[2]) < earliest) then
-  earliest = tonumber(firstPlain[2])
-end
 
 local wake = -1
 local results = {}
 local nr = 0
 local dueAdds, dueBuckets = {}, {}
--- Plain runs (common's PLAIN): score, member, ...
-local plainAdds = {}
+-- Plain runs (common's PLAIN) per plain set: score, member, ...; and the priority, queue
+-- and list of the last one filed.
+local plainAdds, plainSets = {}, {}
+local lastPri, lastQ, lastPlain
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
@@ -147,15 +148,22 @@ for c = 1, n do
       else
         state, next, nextStr, rl = 'scheduled', due, dueStr, ','
         stat('s', q, 1)
-        -- A packed one-time job of the default queue and priority is a plain run (common's
-        -- PLAIN); any other run goes to its due bucket.
-        local adds = plainAdds
-        if not (pack and kind ~= 'cron' and (q == 'default' or q == '') and (pri == '5' or pri == '')) then
+        -- A packed job's run is a plain run (common's PLAIN); any other goes to its due
+        -- bucket (so would a priority of more than one digit, which the API refuses).
+        local adds
+        if pack and kind ~= 'cron' and #pri <= 1 then
+          -- Most jobs of a call share a queue and priority: the list of the last is kept.
+          if pri ~= lastPri or q ~= lastQ then
+            lastPri, lastQ, lastPlain = pri, q, group(plainAdds, plainSets, plain_set(pri, q))
+          end
+          adds = lastPlain
+        else
           adds = group(dueAdds, dueBuckets, lastB)
         end
         local k = #adds
         adds[k + 1], adds[k + 2] = dueStr, id .. ':' .. dueStr
-        if (not earliest or due < earliest) and (wake == -1 or due < wake) then
+        -- The call's earliest new run; compared with the shard's at the end.
+        if wake == -1 or due < wake then
           wake = due
         end
       end
@@ -190,8 +198,30 @@ for _, b in ipairs(dueBuckets) do
   redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
 end
 
-for k = 1, #plainAdds, 6000 do
-  redis.call('ZADD', P .. PLAIN, unpack(plainAdds, k, math.min(k + 5999, #plainAdds)))
+-- A plain set that held runs is listed (a fire drops only the name of an empty one); a
+-- new one is listed here.
+local newSets = {}
+for _, name in ipairs(plainSets) do
+  local key = P .. PLAIN .. name
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if first[2] then
+    local t = tonumber(first[2])
+    if not earliest or t < earliest then
+      earliest = t
+    end
+  else
+    newSets[#newSets + 1] = name
+  end
+  local adds = plainAdds[name]
+  for k = 1, #adds, 6000 do
+    redis.call('ZADD', key, unpack(adds, k, math.min(k + 5999, #adds)))
+  end
+end
+if #newSets > 0 then
+  redis.call('SADD', P .. PLAINS, unpack(newSets))
+end
+if earliest and wake >= earliest then
+  wake = -1
 end
 
 for _, b in ipairs(packBuckets) do

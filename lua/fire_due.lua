@@ -23,7 +23,8 @@
 --
 -- Derived keys: P..'due:'..bucket, P..'job:'..id, P..'ready:'..queue, P..'stats',
 --               P..'cold', P..'pack:'..bucket, P..'jobs:'..slot, P..'jobs:packed',
---               P..'runs:packed', P..'expiry', P..'expiry:'..bucket, P..'plain'
+--               P..'runs:packed', P..'expiry', P..'expiry:'..bucket,
+--               P..'plain:'..pri..':'..queue, P..'plains'
 --
 -- Packed jobs that succeeded (common's PACKED) are deleted once their expiry has passed,
 -- EXPIRE_MAX a call, from the lists of the expiry buckets that ended by now.
@@ -128,7 +129,7 @@ if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= '0' then
 end
 local cron = {}
 local count, fired = 0, 0
-local match, find, byte = string.match, string.find, string.byte
+local match, find, sub, byte = string.match, string.find, string.sub, string.byte
 
 -- Numbers are passed to redis.call as strings: Lua formats a number argument with printf.
 local buckets = redis.call('ZRANGEBYSCORE', bucketsKey, '-inf', horizonStr, 'LIMIT', '0', '64')
@@ -254,24 +255,29 @@ for _, b in ipairs(buckets) do
 end
 
 -- Plain runs (common's PLAIN) due up to the horizon, with what is left of the limit: ready
--- in the default queue at the default priority, from their names alone. They are the
--- set's first by rank, removed by rank.
-local plainKey = P .. PLAIN
-if count < limit then
-  local plain = redis.call('ZRANGEBYSCORE', plainKey, '-inf', horizonStr, 'LIMIT', '0', num(limit - count))
+-- in their set's queue at its priority, from their names alone. They are a set's first
+-- by rank, removed by rank.
+local plainSets = redis.call('SMEMBERS', P .. PLAINS)
+for _, name in ipairs(plainSets) do
+  if count >= limit then
+    break
+  end
+  local key = P .. PLAIN .. name
+  local plain = redis.call('ZRANGEBYSCORE', key, '-inf', horizonStr, 'LIMIT', '0', num(limit - count))
   local np = #plain
   if np > 0 then
-    local adds = ready_list('default')
+    local pri, q = sub(name, 1, 1), sub(name, 3)
+    local digit = PRI_DIGIT[pri]
+    local adds = ready_list(q)
     local a = #adds
-    local p5 = PRI_DIGIT['5']
     for k = 1, np do
       local member = plain[k]
       local d = match(member, '^[^:]*:(.*)$')
-      adds[a + 1], adds[a + 2] = #d == 13 and p5 .. d or ready_score_str('5', d), member
+      adds[a + 1], adds[a + 2] = #d == 13 and digit .. d or ready_score_str(pri, d), member
       a = a + 2
     end
-    redis.call('ZREMRANGEBYRANK', plainKey, '0', num(np - 1))
-    stat('s', 'default', -np)
+    redis.call('ZREMRANGEBYRANK', key, '0', num(np - 1))
+    stat('s', q, -np)
     count, fired = count + np, fired + np
   end
 end
@@ -279,7 +285,7 @@ end
 -- The earliest entry after the horizon: such entries are only in the bucket that holds the
 -- horizon and later ones, so when the last bucket fired from has one, it is the earliest (and
 -- that bucket is not empty). Otherwise the first buckets of the index are searched. The
--- plain runs' earliest is the first of their set after the horizon.
+-- plain runs' earliest is the first of their sets after the horizon.
 local nextDue = -1
 local keep
 if count >= limit or #buckets == 64 then
@@ -302,10 +308,15 @@ if nextDue == -1 then
   end
 end
 if nextDue ~= now then
-  local first = redis.call('ZRANGE', plainKey, '0', '0', 'WITHSCORES')
-  local t = first[2] and tonumber(first[2])
-  if t and (nextDue == -1 or t < nextDue) then
-    nextDue = t
+  for _, name in ipairs(plainSets) do
+    local first = redis.call('ZRANGE', P .. PLAIN .. name, '0', '0', 'WITHSCORES')
+    local t = first[2] and tonumber(first[2])
+    if not t then
+      -- Emptied: a create that files a run there lists it again.
+      redis.call('SREM', P .. PLAINS, name)
+    elseif nextDue == -1 or t < nextDue then
+      nextDue = t
+    end
   end
 end
 

@@ -46,10 +46,15 @@ func (k *Keys) Due(id ID, bucket int64) string {
 	return k.prefixes[id] + "due:" + strconv.FormatInt(bucket, 10)
 }
 
-// Plain holds the shard's plain runs: the scheduled first runs of packed jobs of the
-// default queue and priority, which fire_due makes ready without reading their jobs;
-// score = due ms (lua/include/common.lua, PLAIN). // ZSET
-func (k *Keys) Plain(id ID) string { return k.prefixes[id] + "plain" }
+// Plain holds the shard's plain runs of one priority and queue: the scheduled runs of
+// packed jobs, which fire_due makes ready without reading their jobs; score = due ms
+// (lua/include/common.lua, PLAIN). // ZSET
+func (k *Keys) Plain(id ID, priority int, queue string) string {
+	return k.prefixes[id] + "plain:" + strconv.Itoa(priority) + ":" + queue
+}
+
+// Plains lists the shard's plain sets, as "<priority>:<queue>". // SET
+func (k *Keys) Plains(id ID) string { return k.prefixes[id] + "plains" }
 
 // Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. It also holds a
 // pin scored +inf that keeps it a skiplist (lua common's READY_PIN). // ZSET

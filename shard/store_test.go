@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/internal/redistest"
@@ -498,10 +499,16 @@ func TestFireDue_SignalsReadyQueues(t *testing.T) {
 // clock stands at t0, a bucket boundary, and fire, which moves the clock to at and fires
 // the shard (up to limit entries, no lead) under a lease held for the test.
 func firingShard(t *testing.T) (s *shard.Store, t0 time.Time, fire func(at time.Time, limit int) *shard.Due) {
+	return firingShardOf(t, shard.Config{})
+}
+
+// firingShardOf is firingShard with cfg (its shards and bucket size set).
+func firingShardOf(t *testing.T, cfg shard.Config) (s *shard.Store, t0 time.Time, fire func(at time.Time, limit int) *shard.Due) {
 	t.Helper()
 	ctx := context.Background()
 	t0 = time.UnixMilli(1_800_000_000_000).Truncate(time.Minute)
-	s, m := frozen(t, t0, shard.Config{Shards: 1, BucketSize: time.Minute})
+	cfg.Shards, cfg.BucketSize = 1, time.Minute
+	s, m := frozen(t, t0, cfg)
 	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
 	require.True(t, lease.Held)
 	return s, t0, func(at time.Time, limit int) *shard.Due {
@@ -513,29 +520,29 @@ func firingShard(t *testing.T) (s *shard.Store, t0 time.Time, fire func(at time.
 	}
 }
 
-// A fire reports when the next entry comes due, whether the runs are plain (packed jobs
-// of the default queue and priority, in the shard's plain set) or filed in due buckets.
+// A fire reports when the next entry comes due, whether the runs are plain (packed jobs,
+// in the shard's plain set of their priority and queue) or filed in due buckets (job
+// hashes).
 func TestFireDue_NextDue(t *testing.T) {
-	seven := 7
 	for _, tc := range []struct {
-		name string
-		pri  *int
+		name   string
+		noPack bool
 		// per check: due buckets in the index, runs in the plain set
 		want [][2]int
 	}{
-		{"plain runs", nil, [][2]int{{0, 5}, {0, 4}, {0, 1}, {0, 0}}},
-		{"runs in due buckets", &seven, [][2]int{{2, 0}, {2, 0}, {1, 0}, {0, 0}}},
+		{"plain runs", false, [][2]int{{0, 5}, {0, 4}, {0, 1}, {0, 0}}},
+		{"runs in due buckets", true, [][2]int{{2, 0}, {2, 0}, {1, 0}, {0, 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			s, t0, fire := firingShard(t)
+			s, t0, fire := firingShardOf(t, shard.Config{NoPack: tc.noPack})
 			check := 0
 			filed := func() {
 				t.Helper()
 				c := s.Client()
 				b, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Buckets(0)).Build()).AsInt64()
 				require.NoError(t, err)
-				p, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Plain(0)).Build()).AsInt64()
+				p, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Plain(0, 7, "default")).Build()).AsInt64()
 				require.NoError(t, err)
 				require.Equal(t, tc.want[check], [2]int{int(b), int(p)}, "check %d: buckets, plain runs", check)
 				check++
@@ -544,9 +551,10 @@ func TestFireDue_NextDue(t *testing.T) {
 			d := fire(t0, 100)
 			require.Equal(t, int64(-1), d.NextDue, "nothing scheduled")
 
+			seven := 7
 			dues := []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second, 90 * time.Second}
 			for i, off := range dues {
-				_, err := s.Create(ctx, []*job.Job{{ID: "n" + strconv.Itoa(i), Type: "t", Priority: tc.pri, Schedule: job.Schedule{At: t0.Add(off)}}})
+				_, err := s.Create(ctx, []*job.Job{{ID: "n" + strconv.Itoa(i), Type: "t", Priority: &seven, Schedule: job.Schedule{At: t0.Add(off)}}})
 				require.NoError(t, err)
 			}
 			filed()
@@ -576,10 +584,11 @@ func TestFireDue_NextDue(t *testing.T) {
 	}
 }
 
-// Plain runs (packed jobs of the default queue and priority) wait in the shard's plain
-// set, not in a due bucket; a fire takes the first ones by due time, as many as its limit
-// leaves; whatever unpacks such a job (an update, a cancel) moves its run to its due
-// bucket first, so the fire's unread path never meets a job that is no longer plain.
+// Plain runs (packed jobs' scheduled runs) wait in a set of their shard per priority and
+// queue, not in a due bucket; a fire takes the first ones by due time, as many as its
+// limit leaves, into their queue's ready set at their priority; whatever unpacks such a
+// job (an update, a cancel) moves its run to its due bucket first, so the fire's unread
+// path never meets a job that is no longer plain.
 func TestFireDue_PlainRuns(t *testing.T) {
 	ctx := context.Background()
 	s, t0, fireAt := firingShard(t)
@@ -591,7 +600,13 @@ func TestFireDue_PlainRuns(t *testing.T) {
 		require.NoError(t, err)
 		return out
 	}
-	plain := func() []string { t.Helper(); return zrange(s.Keys().Plain(0)) }
+	plain := func(pri int, q string) []string { t.Helper(); return zrange(s.Keys().Plain(0, pri, q)) }
+	plains := func() []string {
+		t.Helper()
+		out, err := c.Do(ctx, c.B().Smembers().Key(s.Keys().Plains(0)).Build()).AsStrSlice()
+		require.NoError(t, err)
+		return out
+	}
 	bucket := func() []string { t.Helper(); return zrange(s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())) }
 	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
 	create := func(j *job.Job) {
@@ -606,24 +621,29 @@ func TestFireDue_PlainRuns(t *testing.T) {
 	for i, at := range []time.Duration{12 * time.Second, 10 * time.Second, 11 * time.Second} {
 		create(once("p"+strconv.Itoa(i), at))
 	}
-	// Another queue or priority, or a job hash, is filed in its due bucket.
 	other := once("q", 14*time.Second)
 	other.Queue = "other"
 	create(other)
 	two := 2
-	hi := once("hi", 15*time.Second)
-	hi.Priority = &two
-	create(hi)
-	require.Equal(t, []string{member("p1", 10*time.Second), member("p2", 11*time.Second), member("p0", 12*time.Second)}, plain())
-	require.Equal(t, []string{member("q", 14*time.Second), member("hi", 15*time.Second)}, bucket())
+	lo := once("lo", 15*time.Second)
+	lo.Priority = &two
+	create(lo)
+	create(&job.Job{ID: "cron", Type: "t", Schedule: job.Schedule{Cron: "50 * * * * *"}}) // a job hash
+	require.Equal(t, []string{member("p1", 10*time.Second), member("p2", 11*time.Second), member("p0", 12*time.Second)}, plain(5, "default"))
+	require.Equal(t, []string{member("q", 14*time.Second)}, plain(5, "other"))
+	require.Equal(t, []string{member("lo", 15*time.Second)}, plain(2, "default"))
+	require.ElementsMatch(t, []string{"5:default", "5:other", "2:default"}, plains())
+	require.Equal(t, []string{member("cron", 50*time.Second)}, bucket())
 
 	d := fire(13*time.Second, 2)
 	require.Equal(t, 2, d.Fired)
-	require.Equal(t, []string{member("p0", 12*time.Second)}, plain())
+	require.Equal(t, []string{member("p0", 12*time.Second)}, plain(5, "default"))
 	d = fire(16*time.Second, 100)
 	require.Equal(t, 3, d.Fired)
-	require.Empty(t, plain())
-	require.Empty(t, bucket())
+	require.Empty(t, plain(5, "default"))
+	require.Empty(t, plain(5, "other"))
+	require.Empty(t, plain(2, "default"))
+	require.Empty(t, plains(), "a fire drops the names of the sets it emptied")
 
 	// Unpacked by an update and by a cancel: moved to the bucket, then as a job hash's run.
 	create(once("u", 40*time.Second))
@@ -634,8 +654,8 @@ func TestFireDue_PlainRuns(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.Cancel(ctx, "x")
 	require.NoError(t, err)
-	require.Equal(t, []string{member("k", 42*time.Second)}, plain())
-	require.Equal(t, []string{member("u", 40*time.Second)}, bucket())
+	require.Equal(t, []string{member("k", 42*time.Second)}, plain(5, "default"))
+	require.Equal(t, []string{member("u", 40*time.Second), member("cron", 50*time.Second)}, bucket())
 	d = fire(45*time.Second, 100)
 	require.Equal(t, 2, d.Fired)
 
@@ -645,16 +665,17 @@ func TestFireDue_PlainRuns(t *testing.T) {
 	for _, r := range claimed {
 		ids = append(ids, r.JobID)
 	}
-	// Priority first (higher numbers first: u 7, the default 5, hi 2), then due time.
-	require.Equal(t, []string{"u", "p1", "p2", "p0", "k", "hi"}, ids)
-	require.Empty(t, plain())
-	other2, err := s.Claim(ctx, 0, "other", 10, "w", "n")
+	// Priority first (higher numbers first: u 7, the default 5, lo 2), then due time.
+	require.Equal(t, []string{"u", "p1", "p2", "p0", "k", "lo"}, ids)
+	require.Empty(t, plain(5, "default"))
+	others, err := s.Claim(ctx, 0, "other", 10, "w", "n")
 	require.NoError(t, err)
-	require.Len(t, other2, 1)
-	require.Equal(t, "q", other2[0].JobID)
+	require.Len(t, others, 1)
+	require.Equal(t, "q", others[0].JobID)
 }
 
-// A fire takes the packed runs it reads out of their due bucket, whether the bucket holds
+// A namespace written before plain runs holds packed runs in due buckets. A fire takes the
+// packed runs it reads out of their due bucket, whether the bucket holds
 // only packed runs (the runs past the limit stay, in due order) or also other entries (a
 // cron occurrence stays for Fire, a job hash's run leaves).
 func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
@@ -675,16 +696,28 @@ func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 		_, err := s.Create(ctx, []*job.Job{j})
 		require.NoError(t, err)
 	}
-	// Of priority 7: a packed job of the default priority is a plain run, filed in the
-	// shard's plain set instead (TestFireDue_PlainRuns).
-	seven := 7
 	once := func(id string, at time.Duration) *job.Job {
-		return &job.Job{ID: id, Type: "t", Priority: &seven, Schedule: job.Schedule{At: t0.Add(at)}}
+		return &job.Job{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}
+	}
+	// legacy creates a packed job and files its run in its due bucket, where versions
+	// before plain runs (TestFireDue_PlainRuns) filed it.
+	legacy := func(j *job.Job) {
+		t.Helper()
+		create(j)
+		m := member(j.ID, j.Schedule.At.Sub(t0))
+		b := t0.UnixMilli() / time.Minute.Milliseconds()
+		for _, cmd := range []rueidis.Completed{
+			c.B().Zrem().Key(s.Keys().Plain(0, job.DefaultPriority, job.DefaultQueue)).Member(m).Build(),
+			c.B().Zadd().Key(bucket).ScoreMember().ScoreMember(float64(j.Schedule.At.UnixMilli()), m).Build(),
+			c.B().Zadd().Key(s.Keys().Buckets(0)).ScoreMember().ScoreMember(float64(t0.UnixMilli()), strconv.FormatInt(b, 10)).Build(),
+		} {
+			require.NoError(t, c.Do(ctx, cmd).Error())
+		}
 	}
 
 	// Packed runs only, more due than the limit: the first ones by due time leave.
 	for i, at := range []time.Duration{12 * time.Second, 10 * time.Second, 11 * time.Second} {
-		create(once("p"+strconv.Itoa(i), at))
+		legacy(once("p"+strconv.Itoa(i), at))
 	}
 	d := fire(13*time.Second, 2)
 	require.Equal(t, 2, d.Fired)
@@ -694,9 +727,9 @@ func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 
 	// A cron occurrence and a job hash's run among packed runs.
 	create(&job.Job{ID: "cron", Type: "t", Schedule: job.Schedule{Cron: "20 * * * * *"}})
-	create(once("a", 21*time.Second))
-	create(once("u", 22*time.Second))
-	create(once("b", 23*time.Second))
+	legacy(once("a", 21*time.Second))
+	legacy(once("u", 22*time.Second))
+	legacy(once("b", 23*time.Second))
 	pri := 6
 	_, err := s.Update(ctx, "u", shard.Update{Priority: &pri}) // unpacks it
 	require.NoError(t, err)
@@ -1065,8 +1098,8 @@ func TestCreate_SameIDTwiceInACall(t *testing.T) {
 }
 
 // A create wakes the shard's dispatcher only for a run due before every run the shard
-// holds, plain runs (packed jobs of the default queue and priority, in the shard's plain
-// set) among them.
+// holds, plain runs (packed jobs' runs, in the shard's plain sets) among them. (A run
+// filed in another plain set than the earliest run's may wake it for nothing.)
 func TestCreate_WakesOnlyForAnEarlierRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -1099,7 +1132,7 @@ func TestCreate_WakesOnlyForAnEarlierRun(t *testing.T) {
 	for len(got) > 0 {
 		<-got
 	}
-	plain, err := s.Client().Do(ctx, s.Client().B().Zcard().Key(s.Keys().Plain(0)).Build()).AsInt64()
+	plain, err := s.Client().Do(ctx, s.Client().B().Zcard().Key(s.Keys().Plain(0, job.DefaultPriority, job.DefaultQueue)).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Positive(t, plain, "the runs are plain")
 

@@ -541,16 +541,31 @@ end
 --                           deletes them once their expiry has passed)
 local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
 
--- PLAIN names the shard's ZSET of plain runs: the scheduled first runs of packed jobs of
--- the default queue and priority (the common case), scored by due time (ms) as in a due
--- bucket; create_jobs files them there instead of a due bucket. fire_due makes them
--- ready without reading their jobs: a member there is always such a run, so its queue
--- and ready score follow from its name. Whatever makes the job something else unpacks it
--- first, and unpack_job moves the run to its due bucket. One set per shard, not one per
--- bucket: packed jobs are due within the store's ColdAfter (later ones are cold), and the
--- set is read from its start, like a bucket.
---   P..'plain'        ZSET  member id..':'..due of a plain run; score = due ms
-local PLAIN = 'plain'
+-- Plain runs are the scheduled runs of packed jobs (PACKED): create_jobs files them in
+-- a sorted set of their shard per priority and queue instead of a due bucket, scored by
+-- due time (ms) as in a bucket. fire_due makes them ready without reading their jobs: a
+-- member of such a set is always a plain run, so its queue and ready score follow from
+-- the set and the member's name. Whatever makes the job something else unpacks it first,
+-- and unpack_job moves the run to its due bucket. A set per priority and queue rather
+-- than per bucket: packed jobs are due within the store's ColdAfter (later ones are
+-- cold), and a set is read from its start, like a bucket.
+--   P..'plain:'..pri..':'..q  ZSET  member id..':'..due of a plain run of priority pri
+--                                   (one digit) and queue q; score = due ms
+--   P..'plains'               SET   pri..':'..q of the plain sets (fire_due drops the
+--                                   name of one it finds empty)
+local PLAIN, PLAINS = 'plain:', 'plains'
+
+-- plain_set returns the name (pri..':'..q) of the plain set of a packed job's priority
+-- and queue as stored ('' for the default).
+local function plain_set(pri, q)
+  if pri == '' then
+    pri = '5'
+  end
+  if q == '' then
+    q = 'default'
+  end
+  return pri .. ':' .. q
+end
 
 -- INFLIGHT_PIN is a member of every shard's inflight set, scored +inf, that claim_runs
 -- adds first with every claim. Longer than Redis's zset-max-listpack-value (64 by
@@ -650,7 +665,8 @@ local function unpack_job(P, id, bucketsKey, bucketMs)
   -- A scheduled run (no run state) may be a plain one: filed as a job hash's is.
   if bucketMs and not run then
     local member = id .. ':' .. dueStr
-    if redis.call('ZREM', P .. PLAIN, member) == 1 then
+    local q, pri = string.match(v, '^%d+|%d*|([^|]*)|(%d*)|')
+    if redis.call('ZREM', P .. PLAIN .. plain_set(pri, q), member) == 1 then
       local b = math.floor(tonumber(dueStr) / bucketMs)
       redis.call('ZADD', P .. 'due:' .. num(b), dueStr, member)
       redis.call('ZADD', bucketsKey, num(b * bucketMs), num(b))

@@ -71,7 +71,11 @@ func CheckCounts(t testing.TB, s *shard.Store) {
 			n, _ := strconv.ParseInt(b, 10, 64)
 			count(id, zrange(k.Due(id, n)), 0)
 		}
-		count(id, zrange(k.Plain(id)), 0)
+		plains, err := rc.Do(ctx, rc.B().Smembers().Key(k.Plains(id)).Build()).AsStrSlice()
+		require.NoError(t, err)
+		for _, p := range plains {
+			count(id, zrange(k.Prefix(id)+"plain:"+p), 0)
+		}
 		// Cold jobs (shard.Config.ColdAfter) count as scheduled: their records in the
 		// shard's packs start with their ids.
 		var cold []string
