@@ -149,9 +149,10 @@ for c = 1, n do
         state, next, nextStr, rl = 'scheduled', due, dueStr, ','
         stat('s', q, 1)
         -- A packed job's run is a plain run (common's PLAIN); any other goes to its due
-        -- bucket (so would a priority of more than one digit, which the API refuses).
+        -- bucket, as would one whose priority is no digit (the API refuses it), whose
+        -- set's name fire_due could not turn into a ready score.
         local adds
-        if pack and kind ~= 'cron' and #pri <= 1 then
+        if pack and kind ~= 'cron' and (pri == '' or PRI_DIGIT[pri]) then
           -- Most jobs of a call share a queue and priority: the list of the last is kept.
           if pri ~= lastPri or q ~= lastQ then
             lastPri, lastQ, lastPlain = pri, q, group(plainAdds, plainSets, plain_set(pri, q))
