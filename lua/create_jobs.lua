@@ -45,9 +45,8 @@ local pack = ARGV[5] == '1'
 local now, _, nowStr = now_ms()
 
 -- The shard's earliest due time before this call, to decide whether to wake the
--- dispatcher: of its due buckets here, of the plain sets this call files runs in at the
--- end. Another plain set's earlier run is left out: a wake that was not needed costs the
--- dispatcher a look, one that is missing would leave a run late.
+-- dispatcher: of its due buckets, and the plain sets' index (common's PLAINS), which may
+-- be earlier than the runs (the dispatcher then wakes no later than that).
 local earliest = nil
 local firstBucket = redis.call('ZRANGE', bucketsKey, '0', '0')
 if firstBucket[1] then
@@ -56,15 +55,19 @@ if firstBucket[1] then
     earliest = tonumber(first[2])
   end
 end
+local firstPlain = redis.call('ZRANGE', P .. PLAINS, '0', '0', 'WITHSCORES')
+if firstPlain[2] and (not earliest or tonumber(firstPlain[2]) < earliest) then
+  earliest = tonumber(firstPlain[2])
+end
 
 local wake = -1
 local results = {}
 local nr = 0
 local dueAdds, dueBuckets = {}, {}
--- Plain runs (common's PLAIN) per plain set: score, member, ...; and the priority, queue
--- and list of the last one filed.
-local plainAdds, plainSets = {}, {}
-local lastPri, lastQ, lastPlain
+-- Plain runs (common's PLAIN) per plain set: score, member, ...; the least due time
+-- per set; and the priority, queue, set and list of the last one filed.
+local plainAdds, plainSets, plainLeast = {}, {}, {}
+local lastPri, lastQ, lastSet, lastPlain
 -- The bucket of the last job filed, as numbers and as its name: jobs of a batch often
 -- share a bucket, and formatting a number costs more than filing the job.
 local lastLo, lastHi, lastB
@@ -155,16 +158,20 @@ for c = 1, n do
         if pack and kind ~= 'cron' and (pri == '' or PRI_DIGIT[pri]) then
           -- Most jobs of a call share a queue and priority: the list of the last is kept.
           if pri ~= lastPri or q ~= lastQ then
-            lastPri, lastQ, lastPlain = pri, q, group(plainAdds, plainSets, plain_set(pri, q))
+            lastPri, lastQ, lastSet = pri, q, plain_set(pri, q)
+            lastPlain = group(plainAdds, plainSets, lastSet)
           end
           adds = lastPlain
+          local least = plainLeast[lastSet]
+          if not least or due < least then
+            plainLeast[lastSet] = due
+          end
         else
           adds = group(dueAdds, dueBuckets, lastB)
         end
         local k = #adds
         adds[k + 1], adds[k + 2] = dueStr, id .. ':' .. dueStr
-        -- The call's earliest new run; compared with the shard's at the end.
-        if wake == -1 or due < wake then
+        if (not earliest or due < earliest) and (wake == -1 or due < wake) then
           wake = due
         end
       end
@@ -199,30 +206,17 @@ for _, b in ipairs(dueBuckets) do
   redis.call('ZADD', bucketsKey, num(tonumber(b) * bucketMs), b)
 end
 
--- A plain set that held runs is listed (a fire drops only the name of an empty one); a
--- new one is listed here.
-local newSets = {}
+-- The plain sets' index is lowered to the least due time filed in each.
+local index = {}
 for _, name in ipairs(plainSets) do
-  local key = P .. PLAIN .. name
-  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
-  if first[2] then
-    local t = tonumber(first[2])
-    if not earliest or t < earliest then
-      earliest = t
-    end
-  else
-    newSets[#newSets + 1] = name
-  end
   local adds = plainAdds[name]
   for k = 1, #adds, 6000 do
-    redis.call('ZADD', key, unpack(adds, k, math.min(k + 5999, #adds)))
+    redis.call('ZADD', P .. PLAIN .. name, unpack(adds, k, math.min(k + 5999, #adds)))
   end
+  index[#index + 1], index[#index + 2] = num(plainLeast[name]), name
 end
-if #newSets > 0 then
-  redis.call('SADD', P .. PLAINS, unpack(newSets))
-end
-if earliest and wake >= earliest then
-  wake = -1
+if #index > 0 then
+  redis.call('ZADD', P .. PLAINS, 'LT', unpack(index))
 end
 
 for _, b in ipairs(packBuckets) do

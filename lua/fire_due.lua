@@ -256,9 +256,11 @@ end
 
 -- Plain runs (common's PLAIN) due up to the horizon, with what is left of the limit: ready
 -- in their set's queue at its priority, from their names alone. They are a set's first
--- by rank, removed by rank.
-local plainSets = redis.call('SMEMBERS', P .. PLAINS)
-for _, name in ipairs(plainSets) do
+-- by rank, removed by rank. The sets that may hold such runs are those the index puts
+-- at or before the horizon; each one visited gets its first run's time in the index, or
+-- leaves it when emptied.
+local plainsKey = P .. PLAINS
+for _, name in ipairs(redis.call('ZRANGEBYSCORE', plainsKey, '-inf', horizonStr)) do
   if count >= limit then
     break
   end
@@ -280,12 +282,18 @@ for _, name in ipairs(plainSets) do
     stat('s', q, -np)
     count, fired = count + np, fired + np
   end
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if first[2] then
+    redis.call('ZADD', plainsKey, first[2], name)
+  else
+    redis.call('ZREM', plainsKey, name)
+  end
 end
 
 -- The earliest entry after the horizon: such entries are only in the bucket that holds the
 -- horizon and later ones, so when the last bucket fired from has one, it is the earliest (and
 -- that bucket is not empty). Otherwise the first buckets of the index are searched. The
--- plain runs' earliest is the first of their sets after the horizon.
+-- plain runs' earliest is the first of their index (after the horizon, or more is due).
 local nextDue = -1
 local keep
 if count >= limit or #buckets == 64 then
@@ -308,15 +316,10 @@ if nextDue == -1 then
   end
 end
 if nextDue ~= now then
-  for _, name in ipairs(plainSets) do
-    local first = redis.call('ZRANGE', P .. PLAIN .. name, '0', '0', 'WITHSCORES')
-    local t = first[2] and tonumber(first[2])
-    if not t then
-      -- Emptied: a create that files a run there lists it again.
-      redis.call('SREM', P .. PLAINS, name)
-    elseif nextDue == -1 or t < nextDue then
-      nextDue = t
-    end
+  local first = redis.call('ZRANGE', plainsKey, '0', '0', 'WITHSCORES')
+  local t = first[2] and tonumber(first[2])
+  if t and (nextDue == -1 or t < nextDue) then
+    nextDue = t
   end
 end
 

@@ -53,7 +53,8 @@ func (k *Keys) Plain(id ID, priority int, queue string) string {
 	return k.prefixes[id] + "plain:" + strconv.Itoa(priority) + ":" + queue
 }
 
-// Plains lists the shard's plain sets, as "<priority>:<queue>". // SET
+// Plains indexes the shard's plain sets, as "<priority>:<queue>"; score = at most the
+// due ms of the set's first run. // ZSET
 func (k *Keys) Plains(id ID) string { return k.prefixes[id] + "plains" }
 
 // Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. It also holds a

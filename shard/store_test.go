@@ -601,12 +601,7 @@ func TestFireDue_PlainRuns(t *testing.T) {
 		return out
 	}
 	plain := func(pri int, q string) []string { t.Helper(); return zrange(s.Keys().Plain(0, pri, q)) }
-	plains := func() []string {
-		t.Helper()
-		out, err := c.Do(ctx, c.B().Smembers().Key(s.Keys().Plains(0)).Build()).AsStrSlice()
-		require.NoError(t, err)
-		return out
-	}
+	plains := func() []string { t.Helper(); return zrange(s.Keys().Plains(0)) }
 	bucket := func() []string { t.Helper(); return zrange(s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())) }
 	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
 	create := func(j *job.Job) {
@@ -1098,8 +1093,7 @@ func TestCreate_SameIDTwiceInACall(t *testing.T) {
 }
 
 // A create wakes the shard's dispatcher only for a run due before every run the shard
-// holds, plain runs (packed jobs' runs, in the shard's plain sets) among them. (A run
-// filed in another plain set than the earliest run's may wake it for nothing.)
+// holds, plain runs (packed jobs' runs, in the shard's plain sets) among them.
 func TestCreate_WakesOnlyForAnEarlierRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -1137,6 +1131,9 @@ func TestCreate_WakesOnlyForAnEarlierRun(t *testing.T) {
 	require.Positive(t, plain, "the runs are plain")
 
 	create("later", 90*time.Second) // after the plain runs held: no wake
+	// Nor in a plain set of its own (another queue).
+	_, err = s.Create(ctx, []*job.Job{{ID: "elsewhere", Type: "t", Queue: "other", Schedule: job.Schedule{At: t0.Add(80 * time.Second)}}})
+	require.NoError(t, err)
 	create("sooner", 10*time.Second)
 	select {
 	case msg := <-got:
@@ -1144,4 +1141,39 @@ func TestCreate_WakesOnlyForAnEarlierRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no wake signal for the earlier run")
 	}
+}
+
+// The plain sets' index holds, per set, at most the due time of its first run: a cancel
+// that takes the first run leaves it early, and the fire that comes at that time fires
+// nothing, corrects it and reports the set's real next run.
+func TestFireDue_PlainIndexMayBeEarly(t *testing.T) {
+	ctx := context.Background()
+	s, t0, fireAt := firingShard(t)
+	fire := func(at time.Duration) *shard.Due { t.Helper(); return fireAt(t0.Add(at), 100) }
+	c := s.Client()
+	indexed := func() int64 {
+		t.Helper()
+		score, err := c.Do(ctx, c.B().Zscore().Key(s.Keys().Plains(0)).Member("5:default").Build()).AsFloat64()
+		require.NoError(t, err)
+		return int64(score)
+	}
+	for id, at := range map[string]time.Duration{"a": 10 * time.Second, "b": 20 * time.Second} {
+		_, err := s.Create(ctx, []*job.Job{{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}})
+		require.NoError(t, err)
+	}
+	require.Equal(t, t0.Add(10*time.Second).UnixMilli(), fire(time.Second).NextDue)
+	_, _, err := s.Cancel(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(10*time.Second).UnixMilli(), indexed(), "early after the cancel")
+
+	d := fire(11 * time.Second)
+	require.Zero(t, d.Fired)
+	require.Equal(t, t0.Add(20*time.Second).UnixMilli(), d.NextDue)
+	require.Equal(t, t0.Add(20*time.Second).UnixMilli(), indexed())
+	d = fire(21 * time.Second)
+	require.Equal(t, 1, d.Fired)
+	require.Equal(t, int64(-1), d.NextDue)
+	n, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Plains(0)).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "the emptied set left the index")
 }

@@ -551,8 +551,14 @@ local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
 -- cold), and a set is read from its start, like a bucket.
 --   P..'plain:'..pri..':'..q  ZSET  member id..':'..due of a plain run of priority pri
 --                                   (one digit) and queue q; score = due ms
---   P..'plains'               SET   pri..':'..q of the plain sets (fire_due drops the
---                                   name of one it finds empty)
+--   P..'plains'               ZSET  member pri..':'..q of a plain set; score = at most
+--                                   the due time of its first run: create_jobs lowers it
+--                                   to the runs it files (ZADD LT), fire_due sets it to
+--                                   the set's first after taking runs, or drops the name
+--                                   of an emptied set. unpack_job's removals may leave it
+--                                   lower than that (fire_due then visits the set for
+--                                   nothing and corrects it), never higher: a dispatcher
+--                                   that sleeps until the index's first wakes in time.
 local PLAIN, PLAINS = 'plain:', 'plains'
 
 -- plain_set returns the name (pri..':'..q) of the plain set of a packed job's priority
