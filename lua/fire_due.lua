@@ -275,6 +275,7 @@ for _, name in ipairs(redis.call('ZRANGEBYSCORE', plainsKey, '-inf', horizonStr)
     for k = 1, np do
       local member = plain[k]
       local d = match(member, '^[^:]*:(.*)$')
+      -- ready_score_str, inlined for the common 13-digit due time.
       adds[a + 1], adds[a + 2] = #d == 13 and digit .. d or ready_score_str(pri, d), member
       a = a + 2
     end

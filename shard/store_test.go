@@ -498,6 +498,19 @@ func TestFireDue_SignalsReadyQueues(t *testing.T) {
 // firingShard returns a store of one shard with one-minute buckets on a miniredis whose
 // clock stands at t0, a bucket boundary, and fire, which moves the clock to at and fires
 // the shard (up to limit entries, no lead) under a lease held for the test.
+// claimIDs claims up to n runs of queue on shard 0 and returns their job ids, in claim
+// order.
+func claimIDs(t *testing.T, s *shard.Store, queue string, n int) []string {
+	t.Helper()
+	claimed, err := s.Claim(context.Background(), 0, queue, n, "w", "n")
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range claimed {
+		ids = append(ids, r.JobID)
+	}
+	return ids
+}
+
 func firingShard(t *testing.T) (s *shard.Store, t0 time.Time, fire func(at time.Time, limit int) *shard.Due) {
 	return firingShardOf(t, shard.Config{})
 }
@@ -654,14 +667,8 @@ func TestFireDue_PlainRuns(t *testing.T) {
 	d = fire(45*time.Second, 100)
 	require.Equal(t, 2, d.Fired)
 
-	claimed, err := s.Claim(ctx, 0, "default", 10, "w", "n")
-	require.NoError(t, err)
-	var ids []string
-	for _, r := range claimed {
-		ids = append(ids, r.JobID)
-	}
 	// Priority first (higher numbers first: u 7, the default 5, lo 2), then due time.
-	require.Equal(t, []string{"u", "p1", "p2", "p0", "k", "lo"}, ids)
+	require.Equal(t, []string{"u", "p1", "p2", "p0", "k", "lo"}, claimIDs(t, s, "default", 10))
 	require.Empty(t, plain(5, "default"))
 	others, err := s.Claim(ctx, 0, "other", 10, "w", "n")
 	require.NoError(t, err)
@@ -733,13 +740,7 @@ func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
 	require.Equal(t, 3, d.Fired)
 	require.Len(t, d.Cron, 1)
 	require.Equal(t, []string{member("cron", 20*time.Second)}, left(), "the occurrence waits for Fire")
-	claimed, err := s.Claim(ctx, 0, "default", 10, "w", "n")
-	require.NoError(t, err)
-	var ids []string
-	for _, r := range claimed {
-		ids = append(ids, r.JobID)
-	}
-	require.ElementsMatch(t, []string{"p0", "p1", "p2", "a", "u", "b"}, ids)
+	require.ElementsMatch(t, []string{"p0", "p1", "p2", "a", "u", "b"}, claimIDs(t, s, "default", 10))
 }
 
 // What an acknowledged one-time run leaves in its job's hash, field by field: the run's

@@ -564,13 +564,7 @@ local PLAIN, PLAINS = 'plain:', 'plains'
 -- plain_set returns the name (pri..':'..q) of the plain set of a packed job's priority
 -- and queue as stored ('' for the default).
 local function plain_set(pri, q)
-  if pri == '' then
-    pri = '5'
-  end
-  if q == '' then
-    q = 'default'
-  end
-  return pri .. ':' .. q
+  return field(pri, '5') .. ':' .. field(q, 'default')
 end
 
 -- INFLIGHT_PIN is a member of every shard's inflight set, scored +inf, that claim_runs
