@@ -67,22 +67,65 @@ func (p *planner) plan(e shard.DueEntry, now int64) shard.FirePlan {
 		fp.Next = next(e.Due)
 		return fp
 	}
-	// Misfired: list the occurrences up to now (bounded).
-	occ := []int64{e.Due}
-	for t := next(e.Due); t > 0 && t <= now && len(occ) < maxWalk; t = next(t) {
-		occ = append(occ, t)
-	}
+	// Misfired: count the occurrences up to now (the walk is bounded) and keep the newest
+	// job.MaxRunAll of them.
+	count, newest := missedOccurrences(e.Due, now, next)
 	fp.Next = next(now)
 	switch job.Misfire(e.Misfire) {
 	case job.MisfireSkip:
-		fp.Missed = len(occ)
+		fp.Missed = count
 	case job.MisfireRunAll:
-		n := min(len(occ), job.MaxRunAll)
-		fp.Fires = occ[:n]
-		fp.Missed = len(occ) - n
+		// The newest fire; the older ones, e.Due first, are recorded as missed.
+		fp.Fires = newest
+		fp.Missed = count - len(newest)
 	default: // run_once: the latest occurrence stands for all of them
-		fp.Fires = occ[len(occ)-1:]
-		fp.Missed = len(occ) - 1
+		fp.Fires = newest[len(newest)-1:]
+		fp.Missed = count - 1
 	}
 	return fp
+}
+
+// missedOccurrences walks the occurrences from due (one) up to now with next, and returns
+// how many there are (at most maxWalk when the walk stops early) and the newest
+// job.MaxRunAll of them, oldest first. When there are more than maxWalk, the newest are
+// found by walking again from ever earlier points before now, so that they are the ones
+// just before now and not the ones just after due.
+func missedOccurrences(due, now int64, next func(int64) int64) (int, []int64) {
+	ring := make([]int64, 0, job.MaxRunAll)
+	count := 0
+	walk := func(t int64) {
+		for ; t > 0 && t <= now && count < maxWalk; t = next(t) {
+			if len(ring) == job.MaxRunAll {
+				copy(ring, ring[1:])
+				ring = ring[:job.MaxRunAll-1]
+			}
+			ring = append(ring, t)
+			count++
+		}
+	}
+	walk(due)
+	last := ring[len(ring)-1]
+	if count < maxWalk || next(last) > now || next(last) <= 0 {
+		return count, ring
+	}
+	// More than maxWalk: look back from now over a span that doubles until it holds
+	// job.MaxRunAll occurrences (it starts at that many times the mean gap walked).
+	span := max((last-due)/int64(maxWalk)*job.MaxRunAll, 1)
+	for from := now - span; ; from = now - span {
+		var tail []int64
+		if from <= last {
+			from = last
+		}
+		for t := next(from); t > 0 && t <= now && len(tail) < maxWalk; t = next(t) {
+			tail = append(tail, t)
+		}
+		if from == last {
+			// Every occurrence after the first walk: they follow its newest.
+			tail = append(ring, tail...)
+		}
+		if len(tail) >= job.MaxRunAll || from == last {
+			return count, tail[max(len(tail)-job.MaxRunAll, 0):]
+		}
+		span *= 2
+	}
 }

@@ -48,9 +48,36 @@ func TestPlanner_RunAllBounded(t *testing.T) {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
 	e := shard.DueEntry{Member: "j:1", Due: base, Score: base, Kind: shard.KindCron, Cron: "* * * * *",
 		Misfire: "run_all", MisfireAfter: time.Minute}
-	p := newPlanner().plan(e, base+int64(24*time.Hour/time.Millisecond))
+	now := base + int64(24*time.Hour/time.Millisecond)
+	p := newPlanner().plan(e, now)
 	require.Len(t, p.Fires, 100)
 	require.Equal(t, 24*60+1-100, p.Missed)
+	// The newest occurrences fire (job.MaxRunAll's doc: older ones are recorded as missed),
+	// so the missed entry, which names e.Due, names one that did not run.
+	min := int64(time.Minute / time.Millisecond)
+	require.Equal(t, now-99*min, p.Fires[0])
+	require.Equal(t, now, p.Fires[99])
+	require.NotContains(t, p.Fires, e.Due)
+}
+
+func TestPlanner_RunAllNewestBeyondTheWalk(t *testing.T) {
+	t.Parallel()
+	// Every second for 5 hours: more occurrences than maxWalk.
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
+	now := base + int64(5*time.Hour/time.Millisecond) + 500
+	for _, cron := range []string{"* * * * * *", "*/3 * 12-17 * * *"} {
+		e := shard.DueEntry{Member: "j:1", Due: base, Score: base, Kind: shard.KindCron, Cron: cron,
+			Misfire: "run_all", MisfireAfter: time.Minute}
+		p := newPlanner().plan(e, now)
+		require.Len(t, p.Fires, 100, cron)
+		step := p.Fires[1] - p.Fires[0]
+		require.LessOrEqual(t, now-p.Fires[99], step, "%s: the newest occurrence before now fires", cron)
+		for i := 1; i < len(p.Fires); i++ {
+			require.Equal(t, step, p.Fires[i]-p.Fires[i-1], "%s: consecutive occurrences", cron)
+		}
+		require.Greater(t, p.Missed, 0, cron)
+		require.Greater(t, p.Next, now, cron)
+	}
 }
 
 func TestAssign_EveryShardOnce(t *testing.T) {

@@ -45,20 +45,8 @@ local pack = ARGV[5] == '1'
 local now, _, nowStr = now_ms()
 
 -- The shard's earliest due time before this call, to decide whether to wake the
--- dispatcher: of its due buckets, and the plain sets' index (common's PLAINS), which may
--- be earlier than the runs (the dispatcher then wakes no later than that).
-local earliest = nil
-local firstBucket = redis.call('ZRANGE', bucketsKey, '0', '0')
-if firstBucket[1] then
-  local first = redis.call('ZRANGE', P .. 'due:' .. firstBucket[1], '0', '0', 'WITHSCORES')
-  if first[2] then
-    earliest = tonumber(first[2])
-  end
-end
-local firstPlain = redis.call('ZRANGE', P .. PLAINS, '0', '0', 'WITHSCORES')
-if firstPlain[2] and (not earliest or tonumber(firstPlain[2]) < earliest) then
-  earliest = tonumber(firstPlain[2])
-end
+-- dispatcher (common's shard_earliest).
+local earliest = shard_earliest(P, bucketsKey)
 
 local wake = -1
 local results = {}

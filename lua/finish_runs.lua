@@ -33,10 +33,12 @@
 -- with those of the other runs of the call in one write; any other end of it, and a
 -- reaped one, unpacks its job first and takes the paths below.
 --
--- Returns: { results, queues }
+-- Returns: { results, queues, wake }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
 --            (redelivered after its deadline, or finished); reap mode: runs reaped
 --   queues   queues that received ready runs (hand-backs, released buffered runs)
+--   wake     the earliest retry or snooze filed when it is earlier than every run the
+--            shard held (the caller signals the dispatcher), else -1
 --   or -3 in reap mode when the caller does not hold the lease (nothing changed).
 --- @include "common"
 
@@ -56,17 +58,37 @@ end
 local now, _, nowStr = now_ms()
 local leaving = {}
 
+-- The earliest retry filed by this call when it is earlier than every run the shard
+-- held before it (common's shard_earliest, read at the first retry): the dispatcher is
+-- woken for it, as for a create, so a retry starts at its time and not at the
+-- dispatcher's next wake-up.
+local earliest, wake = nil, -1
+local function file_retry(member, when, q)
+  if earliest == nil then
+    earliest = shard_earliest(P, bucketsKey) or false
+  end
+  file_due(P, bucketsKey, bucketMs, member, when, q)
+  if (not earliest or when < earliest) and (wake == -1 or when < wake) then
+    wake = when
+  end
+end
+
 -- next_rand walks a low-discrepancy sequence from the caller's random seed.
 local function next_rand()
   rand = (rand + 0.6180339887498949) % 1
   return rand
 end
 
--- release_buffered makes a recurring job's buffered occurrence bf ready: returns the new
--- rl and the field/value pair of the released run.
+-- release_buffered makes a recurring job's buffered occurrence bf ready once no run of
+-- the job is active any more (rl, after the ending run left it: a triggered run or a
+-- retry counts too, as it does for fire_runs' overlap check): returns the new rl and the
+-- field/value pair to write, which keeps bf while a run is still active.
 local function release_buffered(jobKey, id, q, pri, st, rl, bf)
   if not bf or bf == '' or final(st) then
     return rl, 'bf', ''
+  end
+  if runs_active(rl) then
+    return rl, 'bf', bf
   end
   local b = run_get(redis.call('HGET', jobKey, 'r' .. bf))
   enqueue(b, id .. ':' .. bf, q, pri, bf, st)
@@ -162,7 +184,7 @@ local function finish(member, outcome, token, errmsg, delay)
         entry.er = errmsg
       end
       r.st, r.ra = 'retrying', num(when)
-      file_due(P, bucketsKey, bucketMs, member, when, q)
+      file_retry(member, when, q)
       entry.r = when
       h = hist_push(h, keep, entry)
       if once and st ~= 'paused' then
@@ -255,7 +277,7 @@ if mode == 'reap' then
       table.insert(leaving, member)
     end
   end
-  return { reaped, done() }
+  return { reaped, done(), wake }
 end
 
 -- The members, and where each entry's member is in ARGV: negative for a short entry.
@@ -328,4 +350,4 @@ end
 if inQ > 0 then
   stat('f', lastQ, -inQ)
 end
-return { results, done() }
+return { results, done(), wake }

@@ -70,8 +70,12 @@ for _ = 1, n do
     elseif field(j[2], '') == ver then
       unfile_later(b, member, q)
       local ov, bf = field(j[6], 'skip'), j[8]
+      -- The latest occurrence handled (fired, buffered, skipped or missed): common's
+      -- cron_floor files nothing at or before it again.
+      local lf = score
       for k = fires, fires + nfire - 1 do
         local d = ARGV[k]
+        lf = math.max(lf, tonumber(d))
         if not runs_active(rl) or ov == 'allow' then
           new_run(id, d, q, pri)
           fired = fired + 1
@@ -91,7 +95,7 @@ for _ = 1, n do
       if next > 0 then
         file_due(P, bucketsKey, bucketMs, id .. ':' .. num(next), next, q)
       end
-      redis.call('HSET', jobKey, 'nx', num(next), 'rl', rl, 'bf', bf or '')
+      redis.call('HSET', jobKey, 'nx', num(next), 'rl', rl, 'bf', bf or '', 'lf', num(lf))
     end
   end
 end

@@ -1,13 +1,15 @@
 -- resume_job: undo pause_job: a one-time job's pending run is filed again at its time
 -- (at once when that has passed), a recurring job is filed at its first occurrence after
--- now, and parked runs become ready.
+-- now that the dispatcher has not handled yet (common's cron_floor), and parked runs
+-- become ready.
 --
 -- KEYS[1] buckets     ZSET  index of non-empty due buckets
 -- ARGV[1] prefix      string  shard key prefix
 -- ARGV[2] bucket      ms      due bucket width
 -- ARGV[3] id          string  job id
 -- ARGV[4] candidates  ms,...  recurring jobs: "from,c1,c2,..." ascending, every occurrence
---                             after `from`; the first after now is used ('' for one-time)
+--                             after `from`; the first after now (common's cron_floor)
+--                             is used ('' for one-time)
 --
 -- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
@@ -28,7 +30,7 @@ local jobKey = P .. 'job:' .. id
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end
-local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q', 'pr', 'sk', 'ps')
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q', 'pr', 'sk', 'ps', 'lf')
 if not j[1] then
   return { -1, '', 0, {}, -1 }
 end
@@ -39,7 +41,7 @@ local now = now_ms()
 local next = tonumber(j[2]) or 0
 local state = j[7] or 'scheduled'
 if j[6] == 'cron' then
-  local c = candidate(ARGV[4], now)
+  local c = candidate(ARGV[4], cron_floor(now, j[8]))
   if not c then
     return { -4, 'paused', 0, {}, -1 }
   end

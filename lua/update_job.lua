@@ -11,7 +11,7 @@
 -- ARGV[5] newdh     string  the definition hash after the change
 -- ARGV[6] kind      '' | 'at' | 'delay' | 'cron'  the new schedule ('' unchanged)
 -- ARGV[7] when      at: due ms; delay: ms after now; cron: "from,c1,c2,..." ascending
---                   (see create_jobs)
+--                   (see create_jobs), the first after now (common's cron_floor) is used
 -- ARGV[8] ndel      count   definition fields to delete, that follow
 -- ARGV[9] nset      count   definition field/value pairs to set, that follow the deletions
 --
@@ -37,7 +37,7 @@ local jobKey = P .. 'job:' .. id
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end
-local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl', 'dh', 'ver')
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl', 'dh', 'ver', 'lf')
 local st, q, oldPri, rl = j[1], j[3], j[4], j[6]
 if not st then
   return { -1, '', 0, -1, {} }
@@ -59,7 +59,7 @@ if kind ~= '' then
     -- Its run has fired already (ready, running, waiting for a retry, or parked).
     return { 0, st, 0, -1, {} }
   end
-  due = due_of(kind, when, now)
+  due = due_of(kind, when, now, cron_floor(now, j[9]))
   if not due then
     return { -4, st, 0, -1, {} }
   end

@@ -177,17 +177,24 @@ func (s *Store) Reap(ctx context.Context, l Lease, limit int) (int, error) {
 	return s.countAndSignal(ctx, r, l.Shard, "reap")
 }
 
-// countAndSignal decodes the reply of a leased script, { count, queues } or a negative
-// code, signals the queues that got ready runs and returns count.
+// countAndSignal decodes the reply of a leased script, { count, queues [, wake] } or a
+// negative code, signals the queues that got ready runs and the shard's dispatcher when
+// wake is a due time (a retry filed by a reap), and returns count.
 func (s *Store) countAndSignal(ctx context.Context, r rueidis.RedisResult, id ID, what string) (int, error) {
 	if code, err := r.AsInt64(); err == nil && code < 0 {
 		return 0, codeError(code)
 	}
 	reply, err := r.ToArray()
-	if err != nil || len(reply) != 2 {
+	if err != nil || len(reply) < 2 {
 		return 0, fmt.Errorf("%s shard %d: %v", what, id, err)
 	}
-	s.publish(ctx, s.readySignals(nil, id, strs(reply[1])))
+	msgs := s.readySignals(nil, id, strs(reply[1]))
+	if len(reply) > 2 {
+		if wake := i64(reply[2]); wake > 0 {
+			msgs = append(msgs, s.wakeSignal(id, wake))
+		}
+	}
+	s.publish(ctx, msgs)
 	return int(i64(reply[0])), nil
 }
 

@@ -330,11 +330,16 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 	for k, r := range s.exec(ctx, calls...) {
 		id, fs := ids[k], byShard[ids[k]]
 		reply, err := r.ToArray()
-		if err != nil || len(reply) != 2 {
+		if err != nil || len(reply) != 3 {
 			out[id] = FinishResult{Err: fmt.Errorf("finish runs on shard %d: %v", id, err)}
 			continue
 		}
 		msgs = s.readySignals(msgs, id, strs(reply[1]))
+		// A retry or snooze earlier than every run the shard held: its dispatcher may
+		// sleep past it.
+		if wake := i64(reply[2]); wake > 0 {
+			msgs = append(msgs, s.wakeSignal(id, wake))
+		}
 		codes := arr(reply[0])
 		errs := make([]error, len(fs))
 		for i := range errs {

@@ -318,6 +318,11 @@ end
 -- its job is paused; v is the run's field. Returns true when it will be ready.
 local function fire_retry(jobKey, member, due, q, pri, st, once, v)
   local r = run_get(v)
+  if r.tok ~= '' then
+    -- In flight (only a claim sets a token): the entry is stale and the run is not
+    -- made ready a second time.
+    return false
+  end
   local ready = enqueue(r, member, q, pri, due, st)
   if once and st ~= 'paused' then
     redis.call('HSET', jobKey, 'r' .. due, run_pack(r), 'st', 'ready')
@@ -398,16 +403,30 @@ local function candidate(list, now)
   return nil
 end
 
+-- cron_floor returns the time after which a recurring job's next occurrence is filed
+-- when its schedule is set again (update_job, resume_job): now, or the latest occurrence
+-- the dispatcher already handled (the job field 'lf', written by fire_runs) when that is
+-- later. A dispatcher fires up to its lead ahead of the due time, so the first
+-- occurrence after now may be one that fired already (and is held by a worker until its
+-- time): filing it again would run it twice.
+local function cron_floor(now, lf)
+  local t = tonumber(lf)
+  if t and t > now then
+    return t
+  end
+  return now
+end
+
 -- due_of returns the due time (ms) of a schedule sent as kind and when (see create_jobs):
--- 'at' a time, 'delay' ms after now, 'cron' candidates; nil when no cron candidate is
--- after now.
-local function due_of(kind, when, now)
+-- 'at' a time, 'delay' ms after now, 'cron' candidates, the first after floor (cron_floor;
+-- now when nil); nil when no cron candidate is after it.
+local function due_of(kind, when, now, floor)
   if kind == 'at' then
     return tonumber(when)
   elseif kind == 'delay' then
     return now + tonumber(when)
   end
-  local c = candidate(when, now)
+  local c = candidate(when, floor or now)
   return c and tonumber(c)
 end
 
@@ -560,6 +579,26 @@ local PACKED, PACKED_RUNS = 'jobs:packed', 'runs:packed'
 --                                   nothing and corrects it), never higher: a dispatcher
 --                                   that sleeps until the index's first wakes in time.
 local PLAIN, PLAINS = 'plain:', 'plains'
+
+-- shard_earliest returns the earliest due time the shard holds (ms; nil when none): of
+-- its due buckets (index bucketsKey) and of the plain sets' index (PLAINS, which may be
+-- earlier than the runs: the dispatcher then wakes no later than that). A script that
+-- files a run earlier than it signals the dispatcher to wake.
+local function shard_earliest(P, bucketsKey)
+  local earliest = nil
+  local firstBucket = redis.call('ZRANGE', bucketsKey, '0', '0')
+  if firstBucket[1] then
+    local first = redis.call('ZRANGE', P .. 'due:' .. firstBucket[1], '0', '0', 'WITHSCORES')
+    if first[2] then
+      earliest = tonumber(first[2])
+    end
+  end
+  local firstPlain = redis.call('ZRANGE', P .. PLAINS, '0', '0', 'WITHSCORES')
+  if firstPlain[2] and (not earliest or tonumber(firstPlain[2]) < earliest) then
+    earliest = tonumber(firstPlain[2])
+  end
+  return earliest
+end
 
 -- plain_set returns the name (pri..':'..q) of the plain set of a packed job's priority
 -- and queue as stored ('' for the default).
