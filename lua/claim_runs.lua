@@ -9,10 +9,15 @@
 -- ARGV[3] worker    string  the claiming worker's id (recorded in history)
 -- ARGV[4] nonce     string  random per worker process; part of each token
 -- ARGV[5] queue     string  the queue of KEYS[1], for the in-flight count
+-- ARGV[6] nowmax    count   most of the n runs that may start now ('' or 0: n, < 0:
+--                           none); the others must be runs fired ahead of their start
+--                           time (the dispatcher's lead), which the worker holds until
+--                           then without a handler slot. The claim stops at the first
+--                           run, in the set's order, that does not fit
 --
 -- Derived keys: P..'job:'..id, P..'stats', P..'jobs:packed', P..'runs:packed'
 --
--- Returns: { now, runs, now_us, first_token } where runs holds, per claimed run in
+-- Returns: { now, runs, now_us, first_token, more } where runs holds, per claimed run in
 --          claim order, either 2 entries for a run of a packed job (common's PACKED;
 --          always a first attempt): its member and the job's packed value; or 5 for any
 --          other: '' (no member is empty), member, type, payload, and rest: '' for a
@@ -23,6 +28,8 @@
 --          token is first_token, the same for every first attempt of the call.
 --          Every value returned costs Redis about as much as a field read. now_us is now
 --          in microseconds (a string), which orders the claim against ready signals.
+--          more is 1 when runs may be left (the claim took n entries, or stopped at one
+--          that did not fit nowmax), 0 when the set is empty.
 --- @include "common"
 
 local readyKey, inflightKey = KEYS[1], KEYS[2]
@@ -38,15 +45,27 @@ local inflight = { '+inf', INFLIGHT_PIN }
 -- printf only for this script to drop them.
 local popped = redis.call('ZRANGE', readyKey, '0', num(n - 1))
 -- Fewer runs than asked for: the last member is the set's pin (common's READY_PIN).
+local more = 1
 if popped[#popped] == READY_PIN then
   popped[#popped] = nil
+  more = 0
+elseif #popped < n then
+  more = 0
 end
 -- A first attempt gets the same token in every run of the call.
 local firstTok = '1-' .. nonce
 if #popped == 0 then
-  return { now, out, nowUs, firstTok }
+  return { now, out, nowUs, firstTok, 0 }
 end
-redis.call('ZREMRANGEBYRANK', readyKey, '0', num(#popped - 1))
+-- Runs that start now (not fired ahead) left to take.
+local nowLeft = tonumber(ARGV[6] ~= nil and ARGV[6] ~= '' and ARGV[6] or '0')
+if nowLeft == 0 then
+  nowLeft = n
+elseif nowLeft < 0 then
+  nowLeft = 0
+end
+-- Entries walked, in order: taken, or dropped as orphans. They leave the set by rank.
+local walked = #popped
 -- A first attempt of a job hash (no run field yet) gets the same field value in every
 -- run of the call, and one of a packed job that is due by now the same state: built once.
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
@@ -88,6 +107,11 @@ for k, member in ipairs(popped) do
   if pv then
     -- A run due by now starts now: its state is the call's shared value.
     if #due < nowLen or (#due == nowLen and due <= nowStr) then
+      if nowLeft == 0 then
+        walked, more = k - 1, 1
+        break
+      end
+      nowLeft = nowLeft - 1
       runAdds[nr + 1], runAdds[nr + 2] = id, packedRun
     else
       runAdds[nr + 1], runAdds[nr + 2] = id, 'R|' .. firstTok .. '|' .. worker .. '|' .. due .. '|' .. ARGV[5]
@@ -111,19 +135,29 @@ for k, member in ipairs(popped) do
     -- A payload of up to 8 x 64 bytes is stored in chunks p, p1, ... p7 (shard/jobs.go); a
     -- chunk after p1 exists only when p1 is full, so most claims read two chunks at most.
     local j = redis.call('HMGET', jobKey, 't', 'p', 'p1', 'to', 'vt', 'ma', rf)
+    -- A run starts now unless it is due, or its retry is, after now (fired ahead).
+    local r = j[7] and j[7] ~= '' and run_get(j[7])
+    local startsNow = later_ms(later_ms(due, nowStr), r and r.ra or '') == nowStr
+    if j[1] and startsNow and nowLeft == 0 then
+      walked, more = k - 1, 1
+      break
+    end
     -- An orphan (its job expired or was removed) is dropped.
     if j[1] then
+      if startsNow then
+        nowLeft = nowLeft - 1
+      end
       local payload = j[2] or ''
       if j[3] then
         payload = payload .. j[3]
         if #j[3] == 64 then
-          local more = redis.call('HMGET', jobKey, 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
+          local chunks = redis.call('HMGET', jobKey, 'p2', 'p3', 'p4', 'p5', 'p6', 'p7')
           local parts = { payload }
           for c = 1, 6 do
-            if not more[c] then
+            if not chunks[c] then
               break
             end
-            parts[c + 1] = more[c]
+            parts[c + 1] = chunks[c]
           end
           payload = table.concat(parts)
         end
@@ -131,8 +165,7 @@ for k, member in ipairs(popped) do
       -- The job's state stays 'ready' while a one-time run runs (readers tell a running
       -- run from its field).
       local rest = ''
-      if j[7] and j[7] ~= '' then
-        local r = run_get(j[7])
+      if r then
         r.st, r.att, r.dl = 'running', r.att + 1, r.dl + 1
         -- A run fired ahead of its due time (the dispatcher's lead) records as its start
         -- the time the worker will start it; a retry or snoozed run starts no sooner than
@@ -158,6 +191,9 @@ for k, member in ipairs(popped) do
     end
   end
 end
+if walked > 0 then
+  redis.call('ZREMRANGEBYRANK', readyKey, '0', num(walked - 1))
+end
 if nr > 0 then
   redis.call('HSET', P .. PACKED_RUNS, unpack(runAdds))
 end
@@ -167,4 +203,4 @@ if ni > 2 then
   flush_stats(P)
 end
 
-return { now, out, nowUs, firstTok }
+return { now, out, nowUs, firstTok, more }

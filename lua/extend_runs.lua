@@ -10,6 +10,8 @@
 --
 -- Returns: per run, 1 extended, 0 cancelled (the handler should stop; its deadline is
 --          still extended so the cancellation is not taken for a lost worker),
+--          2 its job is paused and the run was claimed ahead of a start time still to
+--          come (common's held_runs): the worker hands it back unless it has started,
 --          -2 the run is no longer held with this token (redelivered or finished).
 --- @include "common"
 
@@ -33,7 +35,7 @@ for k = 3, 2 + n * 2, 2 do
   local member, token = ARGV[k], ARGV[k + 1]
   -- A run that leaves the inflight set loses its token, so the token alone proves it.
   local id, due = split_run(member)
-  local j = redis.call('HMGET', P .. 'job:' .. id, 'vt', 'r' .. due)
+  local j = redis.call('HMGET', P .. 'job:' .. id, 'vt', 'r' .. due, 'st')
   local r = run_get(j[2])
   if r.tok == '' or r.tok ~= token then
     table.insert(out, -2)
@@ -42,6 +44,8 @@ for k = 3, 2 + n * 2, 2 do
     redis.call('ZADD', inflightKey, 'XX', num(now + vt), member)
     if r.st == 'cancelled' then
       table.insert(out, 0)
+    elseif j[3] == 'paused' and (tonumber(r.sa) or 0) > now then
+      table.insert(out, 2)
     else
       table.insert(out, 1)
     end

@@ -1,6 +1,8 @@
 -- pause_job: stop a job from starting runs: its next occurrence leaves the due set and
--- its ready runs are parked. Running runs go on; retries that come due while paused are
--- parked too. Idempotent.
+-- its ready runs are parked. Running runs go on; runs that a worker claimed ahead of
+-- their start time and has not started are returned, to be sent back (common's
+-- held_runs), and are parked when their worker hands them back; retries that come due
+-- while paused are parked too. Idempotent.
 --
 -- KEYS[1] buckets  ZSET  index of non-empty due buckets
 -- ARGV[1] prefix   string  shard key prefix
@@ -9,8 +11,9 @@
 --
 -- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
--- Returns: { code, state } code 1 paused now, 0 nothing to do (already paused, or a
---          final state), -1 no such job
+-- Returns: { code, state, held } code 1 paused now, 0 nothing to do (already paused, or
+--          a final state), -1 no such job; held: members of runs held ahead of their start
+--          time (common's held_runs)
 --- @include "common"
 
 local bucketsKey = KEYS[1]
@@ -25,10 +28,10 @@ if redis.call('EXISTS', jobKey) == 0 then
 end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q')
 if not j[1] then
-  return { -1, '' }
+  return { -1, '', {} }
 end
 if final(j[1]) or j[1] == 'paused' then
-  return { 0, j[1] }
+  return { 0, j[1], {} }
 end
 local nx = tonumber(j[2]) or 0
 if nx > 0 then
@@ -44,4 +47,4 @@ for due in string.gmatch(j[3] or '', '[^,]+') do
 end
 redis.call('HSET', jobKey, 'st', 'paused', 'ps', j[1])
 flush_stats(P)
-return { 1, 'paused' }
+return { 1, 'paused', held_runs(jobKey, id, j[3], now_ms()) }

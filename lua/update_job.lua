@@ -17,12 +17,14 @@
 --
 -- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
 --
--- Returns: { code, state, next, wake, queues }
+-- Returns: { code, state, next, wake, queues, held }
 --   code 1 updated, 0 not possible in the job's state (finished, or a one-time job whose
 --   run has fired: state says which), -1 no such job, -4 no cron candidate after the
 --   server's now (retry with fresh times), -5 the definition changed concurrently
 --   next   the next due time filed (0 none); wake is next when the dispatcher should be
---          woken, else -1; queues received ready runs
+--          woken, else -1; queues received ready runs; held: members of runs a worker
+--          claimed ahead of their start time (common's held_runs), sent back to be
+--          claimed again with the new definition
 --- @include "common"
 
 local bucketsKey = KEYS[1]
@@ -40,13 +42,13 @@ end
 local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl', 'dh', 'ver', 'lf')
 local st, q, oldPri, rl = j[1], j[3], j[4], j[6]
 if not st then
-  return { -1, '', 0, -1, {} }
+  return { -1, '', 0, -1, {}, {} }
 end
 if final(st) then
-  return { 0, st, 0, -1, {} }
+  return { 0, st, 0, -1, {}, {} }
 end
 if j[7] ~= ARGV[4] then
-  return { -5, st, 0, -1, {} }
+  return { -5, st, 0, -1, {}, {} }
 end
 local once = field(j[5], 'at') == 'at'
 local nx = tonumber(j[2]) or 0
@@ -57,11 +59,11 @@ local due
 if kind ~= '' then
   if once and nx == 0 then
     -- Its run has fired already (ready, running, waiting for a retry, or parked).
-    return { 0, st, 0, -1, {} }
+    return { 0, st, 0, -1, {}, {} }
   end
   due = due_of(kind, when, now, cron_floor(now, j[9]))
   if not due then
-    return { -4, st, 0, -1, {} }
+    return { -4, st, 0, -1, {}, {} }
   end
 end
 
@@ -107,4 +109,4 @@ end
 redis.call('HSET', jobKey, 'dh', ARGV[5])
 local readied = flush_ready(P)
 flush_stats(P)
-return { 1, state, next, wake, readied }
+return { 1, state, next, wake, readied, held_runs(jobKey, id, rl, now) }

@@ -590,6 +590,9 @@ func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, chang
 	if code := i64(reply[0]); code < 0 {
 		return "", false, codeError(code)
 	}
+	if len(reply) > 2 {
+		s.publish(ctx, s.holdSignals(nil, id, strs(reply[2])))
+	}
 	if replErr != nil {
 		return "", false, fmt.Errorf("pause job %q: %w", jobID, replErr)
 	}

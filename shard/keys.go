@@ -138,6 +138,11 @@ func (k *Keys) ReadyChannel(queue string) string { return k.global() + "ready:" 
 // CancelChannel carries "<shard> <member>" when a running run is cancelled.
 func (k *Keys) CancelChannel() string { return k.global() + "cancel" }
 
+// HoldChannel carries "<shard> <member>" when the job of a run that a worker claimed
+// ahead of its start time is paused or changed: the worker hands the run back unless its
+// handler has started.
+func (k *Keys) HoldChannel() string { return k.global() + "hold" }
+
 // RunMember is the member naming a run in the due, ready, inflight and dead sets.
 func RunMember(jobID string, due int64) string { return jobID + ":" + strconv.FormatInt(due, 10) }
 

@@ -344,6 +344,9 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		if wake := i64(reply[3]); wake > 0 {
 			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
+		if len(reply) > 5 {
+			msgs = s.holdSignals(msgs, id, strs(reply[5]))
+		}
 		s.publish(ctx, msgs)
 		if replErr != nil {
 			return nil, fmt.Errorf("update job %q: %w", jobID, replErr)

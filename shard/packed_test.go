@@ -743,3 +743,61 @@ func TestFinishRuns_ShortAndLongEntriesInOneCall(t *testing.T) {
 		require.Equal(t, job.StateCompleted, info.State)
 	})
 }
+
+// A claim takes at most ClaimRequest.Now runs that start at once; the rest of what it
+// asks for are runs fired ahead of their start time, which a worker holds without a
+// handler slot. It stops at the first run, in the ready set's order, that does not fit,
+// and says whether more may be left. Packed jobs and job hashes alike.
+func TestClaim_NowBoundsTheRunsThatStartAtOnce(t *testing.T) {
+	for _, noPack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Packed", true: "JobHashes"}[noPack], func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+				ctx := context.Background()
+				s := open(t, b, shard.Config{Shards: 1, NoPack: noPack})
+				now, err := s.ServerNow(ctx)
+				require.NoError(t, err)
+				var jobs []*job.Job
+				for i := range 3 {
+					jobs = append(jobs, &job.Job{ID: "now" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{At: now.Add(-time.Minute)}})
+				}
+				for i := range 3 {
+					jobs = append(jobs, &job.Job{ID: "ahead" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{At: now.Add(time.Minute + time.Duration(i)*time.Second)}})
+				}
+				_, err = s.Create(ctx, jobs)
+				require.NoError(t, err)
+				lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Minute)[0]
+				require.True(t, lease.Held)
+				// The past ones were ready at once; the others fire five minutes ahead.
+				fd, err := s.FireDue(ctx, lease.Lease, 100, 5*time.Minute)
+				require.NoError(t, err)
+				require.Equal(t, 3, fd.Fired)
+
+				claim := func(n, nowMax int) shard.ClaimResult {
+					r := s.ClaimMany(ctx, []shard.ClaimRequest{{Shard: 0, Queue: "default", N: n, Now: nowMax}}, "w", "n")[0]
+					require.NoError(t, r.Err)
+					return r
+				}
+				// Two that start now, then the third due run does not fit: the claim stops.
+				r := claim(5, 2)
+				require.Len(t, r.Runs, 2)
+				require.True(t, r.More)
+				for _, c := range r.Runs {
+					require.Contains(t, c.JobID, "now")
+				}
+				// None that start now: the due run heads the set, so nothing is taken.
+				r = claim(5, -1)
+				require.Empty(t, r.Runs)
+				require.True(t, r.More)
+				// One that starts now, then the three held ahead.
+				r = claim(10, 1)
+				require.Len(t, r.Runs, 4)
+				require.False(t, r.More, "the set is empty")
+				for _, c := range r.Runs[1:] {
+					require.Contains(t, c.JobID, "ahead")
+					require.True(t, c.StartAt.After(c.ClaimedAt))
+				}
+				shardtest.CheckCounts(t, s)
+			})
+		})
+	}
+}

@@ -545,6 +545,15 @@ func ParseReady(msg string, shards int) (id ID, at int64, ok bool) {
 	return ID(n), at, true
 }
 
+// holdSignals appends to msgs a hold signal for each run member of shard id: a run a
+// worker claimed ahead of its start time whose job was paused or changed since.
+func (s *Store) holdSignals(msgs [][2]string, id ID, members []string) [][2]string {
+	for _, m := range members {
+		msgs = append(msgs, [2]string{s.keys.HoldChannel(), strconv.Itoa(int(id)) + " " + m})
+	}
+	return msgs
+}
+
 func (s *Store) wakeSignal(id ID, due int64) [2]string {
 	return [2]string{s.keys.WakeChannel(), strconv.Itoa(int(id)) + " " + strconv.FormatInt(due, 10)}
 }

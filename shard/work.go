@@ -44,17 +44,25 @@ func (s *Store) Claim(ctx context.Context, id ID, queue string, n int, worker, n
 // at most about 8,000 arguments (Lua's unpack), and the in-flight set takes two per run.
 const MaxClaim = 1000
 
-// ClaimRequest asks for up to N ready runs of Queue on Shard (at most MaxClaim).
+// ClaimRequest asks for up to N ready runs of Queue on Shard (at most MaxClaim), of
+// which at most Now may start at once: the others must be runs that a dispatcher fired
+// ahead of their start time (Claimed.StartAt after the claim), which a worker holds
+// without a handler slot. Now 0 means N, a negative Now none. The claim takes runs in
+// the ready set's order and stops at the first that does not fit.
 type ClaimRequest struct {
 	Shard ID
 	Queue string
 	N     int
+	Now   int
 }
 
 // ClaimResult is what one ClaimRequest got.
 type ClaimResult struct {
 	Runs []Claimed
 	At   int64 // the Redis time (µs) of the claim; with ParseReady, tells a ready signal the claim could not have seen
+	// More is set when the queue may hold more ready runs: the claim took all it asked
+	// for, or stopped at a run beyond ClaimRequest.Now. Unset, the set was empty.
+	More bool
 	Err  error
 }
 
@@ -64,7 +72,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 	calls := make([]call, len(reqs))
 	for i, q := range reqs {
 		calls[i] = call{s.scripts.ClaimRuns, []string{s.keys.Ready(q.Shard, q.Queue), s.keys.Inflight(q.Shard)},
-			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(min(q.N, MaxClaim)), worker, nonce, q.Queue}}
+			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(min(q.N, MaxClaim)), worker, nonce, q.Queue, strconv.Itoa(max(q.Now, -1))}}
 	}
 	out := make([]ClaimResult, len(reqs))
 	for i, r := range s.exec(ctx, calls...) {
@@ -75,7 +83,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 
 func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) ClaimResult {
 	reply, err := toArray()
-	if err != nil || len(reply) != 4 {
+	if err != nil || len(reply) != 5 {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
 	now := ms(i64(reply[0]))
@@ -121,7 +129,7 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 		}
 		out = append(out, c)
 	}
-	return ClaimResult{Runs: out, At: at}
+	return ClaimResult{Runs: out, At: at, More: i64(reply[4]) == 1}
 }
 
 // parseRest reads what claim_runs returns for a run that is not a first attempt with
@@ -232,6 +240,7 @@ type Held struct {
 const (
 	ExtendOK        = 1  // deadline pushed
 	ExtendCancelled = 0  // the job was cancelled: stop the handler
+	ExtendHold      = 2  // the job is paused and the run's start time is still to come: hand it back unless started
 	ExtendLost      = -2 // not held any more (redelivered or finished)
 )
 

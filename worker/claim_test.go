@@ -71,7 +71,7 @@ func TestTakeClaims_HoldsRunsAndReportsFailures(t *testing.T) {
 	w.markHot(a, 5)
 	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 2}, {Shard: 0, Queue: "default", N: 1}}
 	runs := []shard.Claimed{{Shard: 3, Member: "x:1"}, {Shard: 3, Member: "y:1"}}
-	failed := w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}, {Err: errors.New("down")}}, time.Now())
+	failed := w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10, More: true}, {Err: errors.New("down")}}, time.Now())
 	require.Equal(t, []int{1}, failed)
 	require.Len(t, w.held, 2)
 	require.Len(t, w.runs, 2)
@@ -80,26 +80,26 @@ func TestTakeClaims_HoldsRunsAndReportsFailures(t *testing.T) {
 
 // A run whose handler has finished frees its slot at once, while its outcome still waits
 // for the reporter: a slow acknowledgement does not hold back the next claims.
-func TestFreeSlots_RunWaitingForItsReportTakesNoSlot(t *testing.T) {
+func TestClaimable_RunWaitingForItsReportTakesNoSlot(t *testing.T) {
 	w := newTestWorker(t) // Concurrency 4
 	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 2}}
 	runs := []shard.Claimed{{Shard: 3, Member: "x:1", Token: "t"}, {Shard: 3, Member: "y:1", Token: "t"}}
 	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}, time.Now()))
-	require.Equal(t, 2, w.freeSlots())
+	require.Equal(t, 2, w.claimNow())
 	x, y := <-w.runs, <-w.runs
 
 	w.finish(x, nil, shard.Finish{Outcome: shard.Succeeded}, time.Time{}, time.Time{}, nil)
 	require.Len(t, w.reports, 1)
 	require.Len(t, w.held, 2, "held (and heartbeated) until Redis has the outcome")
-	require.Equal(t, 3, w.freeSlots())
+	require.Equal(t, 3, w.claimNow())
 
 	w.done(x) // the reporter's call once the outcome is stored
 	require.Len(t, w.held, 1)
-	require.Equal(t, 3, w.freeSlots())
+	require.Equal(t, 3, w.claimNow())
 
 	w.done(y) // a run lost to another worker: done without a report
 	require.Zero(t, w.reporting)
-	require.Equal(t, 4, w.freeSlots())
+	require.Equal(t, 4, w.claimNow())
 }
 
 // A round shares the free slots among as few sources as take minClaimPerSource each, and
@@ -113,7 +113,7 @@ func TestNextRound_SharesFreeSlotsAmongFewSources(t *testing.T) {
 	var order []source
 	var reqs []shard.ClaimRequest
 	for range 4 {
-		order, reqs = w.nextRound(order, reqs[:0], 2*minClaimPerSource)
+		order, reqs = w.nextRound(order, reqs[:0], 2*minClaimPerSource, 0)
 		require.Len(t, reqs, 2)
 		for _, r := range reqs {
 			require.Equal(t, minClaimPerSource, r.N)
@@ -126,12 +126,23 @@ func TestNextRound_SharesFreeSlotsAmongFewSources(t *testing.T) {
 	}
 
 	// Fewer free slots than a source's share: one source gets them all.
-	_, reqs = w.nextRound(nil, nil, 10)
+	_, reqs = w.nextRound(nil, nil, 10, 0)
 	require.Len(t, reqs, 1)
 	require.Equal(t, 10, reqs[0].N)
-	// None free: no round.
-	_, reqs = w.nextRound(nil, nil, 0)
+	require.Equal(t, 10, reqs[0].Now)
+	// None free: no round, whatever could be held.
+	_, reqs = w.nextRound(nil, nil, 0, 1000)
 	require.Empty(t, reqs)
+
+	// Runs to hold for their start time widen the round; the free slots are shared out
+	// as runs that may start now, and a source whose share is none takes only held runs.
+	_, reqs = w.nextRound(nil, nil, 1, 4*minClaimPerSource-1)
+	require.Len(t, reqs, 4)
+	require.Equal(t, shard.ClaimRequest{Shard: reqs[0].Shard, Queue: "default", N: minClaimPerSource, Now: 1}, reqs[0])
+	for _, r := range reqs[1:] {
+		require.Equal(t, minClaimPerSource, r.N)
+		require.Equal(t, -1, r.Now)
+	}
 }
 
 // A claim takes at most shard.MaxClaim runs. A round with more free slots asks a source
@@ -145,8 +156,8 @@ func TestClaims_NoMoreThanMaxClaimAndAFullOneKeepsTheSourceHot(t *testing.T) {
 	require.NoError(t, err)
 	src := source{"default", 1}
 	w.markHot(src, 0)
-	_, reqs := w.nextRound(nil, nil, 3*shard.MaxClaim)
-	require.Equal(t, []shard.ClaimRequest{{Shard: 1, Queue: "default", N: shard.MaxClaim}}, reqs)
+	_, reqs := w.nextRound(nil, nil, 3*shard.MaxClaim, 0)
+	require.Equal(t, []shard.ClaimRequest{{Shard: 1, Queue: "default", N: shard.MaxClaim, Now: shard.MaxClaim}}, reqs)
 
 	claimed := func(n int) []shard.Claimed {
 		runs := make([]shard.Claimed, n)
@@ -158,11 +169,11 @@ func TestClaims_NoMoreThanMaxClaimAndAFullOneKeepsTheSourceHot(t *testing.T) {
 	// Asked for more than a claim takes (as a caller of an older nextRound did), and got
 	// MaxClaim: not empty.
 	over := []shard.ClaimRequest{{Shard: 1, Queue: "default", N: 3 * shard.MaxClaim}}
-	require.Empty(t, w.takeClaims(over, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim), At: 10}}, time.Now()))
+	require.Empty(t, w.takeClaims(over, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim), At: 10, More: true}}, time.Now()))
 	require.Contains(t, w.hot, src)
-	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim), At: 11}}, time.Now()))
+	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim), At: 11, More: true}}, time.Now()))
 	require.Contains(t, w.hot, src)
-	// One run fewer: the source is empty.
+	// The claim found the set empty: the source is no longer hot.
 	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: claimed(shard.MaxClaim - 1), At: 12}}, time.Now()))
 	require.NotContains(t, w.hot, src)
 }
@@ -197,4 +208,10 @@ func TestWorker_DrainsMoreThanOneClaimWithoutTheSweep(t *testing.T) {
 		}
 		require.Equal(t, int64(n), done.Load(), "runs handled")
 	})
+}
+
+// claimNow is claimable's count of runs that may start at once.
+func (w *Worker) claimNow() int {
+	now, _ := w.claimable()
+	return now
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-// A run claimed ahead of its start time waits for it without taking a handler slot; up
-// to Concurrency+Prefetch runs wait that way, more take slots.
+// A run claimed ahead of its start time waits for it without taking a handler slot, up
+// to holdCap of them: as many as the handlers start in a second at their mean duration
+// (10 ms until one is measured), at least Concurrency+Prefetch, at most Config.Hold.
 func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	w := newTestWorker(t) // Concurrency 4
 	now := time.Now()
@@ -28,7 +29,7 @@ func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	require.Empty(t, w.takeClaims(reqs, []shard.ClaimResult{{Runs: runs, At: 10}}, time.Now()))
 	w.mu.Lock()
 	require.Equal(t, 1, w.waiting)
-	require.Equal(t, 3, w.freeSlots(), "only the run due now takes a slot")
+	require.Equal(t, 3, w.claimNow(), "only the run due now takes a slot")
 	w.mu.Unlock()
 	require.Len(t, w.runs, 1)
 	require.Equal(t, "y:1", (<-w.runs).c.Member)
@@ -41,10 +42,10 @@ func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	}
 	w.mu.Lock()
 	require.Zero(t, w.waiting)
-	require.Equal(t, 2, w.freeSlots())
+	require.Equal(t, 2, w.claimNow())
 	w.mu.Unlock()
 
-	// Five more wait: four take no slot, the fifth does.
+	// Five more wait, none taking a slot; with nothing measured, the hold takes 400.
 	var more []shard.Claimed
 	for _, m := range []string{"a:1", "b:1", "c:1", "d:1", "e:1"} {
 		more = append(more, ahead(m, time.Hour))
@@ -52,7 +53,22 @@ func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	w.takeClaims(reqs, []shard.ClaimResult{{Runs: more, At: 11}}, time.Now())
 	w.mu.Lock()
 	require.Equal(t, 5, w.waiting)
-	require.Equal(t, 1, w.freeSlots())
+	free, room := w.claimable()
+	require.Equal(t, 2, free)
+	require.Equal(t, 395, room)
+	// Handlers of a second: the hold is the slots.
+	w.meanRun = float64(time.Second)
+	_, room = w.claimable()
+	require.Zero(t, room)
+	w.meanRun = 0
+	// Handlers of 1 ms: 4 slots start 4,000 a second, up to Hold.
+	w.observeDuration(time.Millisecond)
+	require.Equal(t, DefaultHold, w.holdCap())
+	// Handlers of 100 ms start 40 a second.
+	w.meanRun = float64(100 * time.Millisecond)
+	require.Equal(t, 40, w.holdCap())
+	_, room = w.claimable()
+	require.Equal(t, 35, room)
 	w.mu.Unlock()
 
 	// A cancelled waiting run is queued at once, marked so that its handler never runs.

@@ -37,7 +37,7 @@ func TestNextRound_SkipsPausedQueues(t *testing.T) {
 	w := newPauseTestWorker(t)
 	w.markAllHot()
 	w.paused["mail"] = true
-	order, reqs := w.nextRound(nil, nil, 4*minClaimPerSource)
+	order, reqs := w.nextRound(nil, nil, 4*minClaimPerSource, 0)
 	require.Equal(t, map[string]int{"default": 4}, queuesOf(reqs))
 	require.Empty(t, order)
 	n := 0
@@ -49,21 +49,21 @@ func TestNextRound_SkipsPausedQueues(t *testing.T) {
 
 	// A source paused while it waits in the round-robin order is skipped too.
 	delete(w.paused, "mail")
-	order, _ = w.nextRound(nil, nil, minClaimPerSource) // one source a round: the rest wait in order
+	order, _ = w.nextRound(nil, nil, minClaimPerSource, 0) // one source a round: the rest wait in order
 	require.Len(t, order, 7)
 	w.paused["mail"] = true
-	_, reqs = w.nextRound(order, nil, 4*minClaimPerSource)
+	_, reqs = w.nextRound(order, nil, 4*minClaimPerSource, 0)
 	require.NotContains(t, queuesOf(reqs), "mail")
 
 	// Everything paused: no request, so the loop waits instead of spinning.
 	w.paused["default"] = true
-	order, reqs = w.nextRound(nil, nil, 4*minClaimPerSource)
+	order, reqs = w.nextRound(nil, nil, 4*minClaimPerSource, 0)
 	require.Empty(t, reqs)
 	require.Empty(t, order)
 
 	// No free slot: no request.
 	delete(w.paused, "default")
-	_, reqs = w.nextRound(nil, nil, 0)
+	_, reqs = w.nextRound(nil, nil, 0, 0)
 	require.Empty(t, reqs)
 }
 

@@ -147,11 +147,17 @@ type Config struct {
 	Concurrency int
 	// Prefetch is how many claimed runs may wait for a free handler slot. Default 0.
 	// Waiting runs are heartbeated like running ones.
-	//
-	// Besides these, a worker holds up to Concurrency+Prefetch runs that a dispatcher
-	// fired ahead of their due time (dispatcher.Config.Lead) until their start time on
-	// the Redis clock (Claimed.StartAt); they take no handler slot while they wait.
 	Prefetch int
+	// Hold bounds the runs that a dispatcher fired ahead of their due time
+	// (dispatcher.Config.Lead) which the worker holds until their start time on the
+	// Redis clock (Claimed.StartAt). They take no handler slot while they wait, so the
+	// runs of a lead window are claimed ahead whatever the concurrency. The worker claims
+	// such runs only while a handler slot is free, and no more than its handlers can
+	// start within a second at their mean duration (at least Concurrency+Prefetch), so a
+	// worker whose handlers are slow leaves them to other workers. A held run whose job
+	// is paused or changed before its start is handed back (it is not started). Default
+	// DefaultHold; at most 100000.
+	Hold int
 	// ID names the worker in run history: 1 to 100 of [A-Za-z0-9._~-]. Default: host
 	// name plus a random suffix.
 	ID string
@@ -179,12 +185,34 @@ type Config struct {
 // DefaultAckDelay is Config.AckDelay's default.
 const DefaultAckDelay = 50 * time.Millisecond
 
+// DefaultHold is Config.Hold's default: the runs of a 100 ms lead (the dispatcher's
+// default) at 40,000 runs/s.
+const DefaultHold = 4000
+
+// recheckAfterLoss is how long after a lost signal subscription the heartbeat asks
+// about runs waiting for their start time: past the next subscription (made 200 ms
+// after the loss) by most of a second.
+const recheckAfterLoss = time.Second
+
+// holdHorizon is how far ahead a worker counts on its handlers' mean duration when it
+// bounds the runs it holds ahead of their start time (dispatcher.MaxLead), and
+// firstMeanRun the duration it guesses before it has measured one: a worker that starts
+// while runs of a lead window wait holds a hundred per handler slot at first, and fewer
+// as soon as a handler turns out slower.
+const (
+	holdHorizon  = time.Second
+	firstMeanRun = 10 * time.Millisecond
+)
+
 func (c Config) withDefaults() Config {
 	if len(c.Queues) == 0 {
 		c.Queues = []string{job.DefaultQueue}
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 10
+	}
+	if c.Hold == 0 {
+		c.Hold = DefaultHold
 	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -218,6 +246,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Concurrency must be 1 to 100000, got %d", c.Concurrency)
 	case c.Prefetch < 0:
 		return fmt.Errorf("worker: Prefetch must not be negative, got %d", c.Prefetch)
+	case c.Hold < 0 || c.Hold > 100000:
+		return fmt.Errorf("worker: Hold must be 0 to 100000, got %d", c.Hold)
 	case c.Sweep < 10*time.Millisecond:
 		return fmt.Errorf("worker: Sweep must be at least 10ms, got %s", c.Sweep)
 	case c.AckDelay > time.Second:
@@ -253,10 +283,16 @@ type Worker struct {
 	// slot, so a slow acknowledgement does not hold back the next claims.
 	reporting int
 	// waiting counts the held runs claimed ahead of their start time, each with a timer
-	// that queues it then (see freeSlots). runsClosed is set when Stop closes runs:
+	// that queues it then (see claimable). runsClosed is set when Stop closes runs:
 	// timers then leave their runs to Stop.
 	waiting    int
 	runsClosed bool
+	// meanRun is a moving mean of handler durations (ns), 0 until one is measured: it
+	// bounds the runs claimed ahead (Config.Hold).
+	meanRun float64
+	// recheckUntil: after a lost signal subscription, until then every heartbeat asks
+	// about the runs waiting for their start time (a hold signal may have been lost).
+	recheckUntil time.Time
 	// hot holds the sources that may have ready runs, each with the Redis time (µs) of
 	// the latest ready signal for it (0 when marked by a sweep): a claim that comes back
 	// short clears a source only if it ran after that time, so a signal for runs made
@@ -331,6 +367,9 @@ type active struct {
 var (
 	errJobCancelled = errors.New("job cancelled")
 	errShutdown     = errors.New("worker shutting down")
+	// errHeldBack marks a run held ahead of its start time whose job was paused or
+	// changed before it started: it is handed back, not started.
+	errHeldBack = errors.New("job paused or changed before the run started")
 )
 
 // New returns a Worker; register handlers with Handle, then Start it.
@@ -349,7 +388,7 @@ func New(cfg Config) (*Worker, error) {
 		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{},
 		paused:    map[string]bool{},
 		claimWake: make(chan struct{}, 1),
-		runs:      make(chan *active, 2*(cfg.Concurrency+cfg.Prefetch)),
+		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch+cfg.Hold),
 		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
 		queues:    queues,
 		pauseErrs: limit.NewEvery(time.Minute),
@@ -450,16 +489,43 @@ func (w *Worker) markHot(src source, at int64) {
 	}
 }
 
-// freeSlots is how many more runs the worker may claim: handler slots plus prefetch,
-// less the held runs that still take one (queued for a handler, or running; a run whose
-// outcome only waits for the reporter takes none, and runs waiting for their start time
-// take one only beyond Concurrency+Prefetch of them). So at most 2*(Concurrency+
-// Prefetch) runs are queued or running, the capacity of w.runs: pushing never blocks.
-// Called with w.mu held.
-func (w *Worker) freeSlots() int {
+// claimable is how many more runs the worker may claim: now, runs that may start at
+// once, are the free handler slots plus prefetch (less the held runs that take one:
+// queued for a handler, or running; a run whose outcome only waits for the reporter
+// takes none, nor does one waiting for its start time); ahead, runs fired ahead of their
+// start time, fill holdCap, and only while now is not 0. So at most Concurrency+
+// Prefetch+Hold runs are queued or running, the capacity of w.runs: pushing never
+// blocks. Called with w.mu held.
+func (w *Worker) claimable() (now, ahead int) {
 	slots := w.cfg.Concurrency + w.cfg.Prefetch
-	active := len(w.held) - w.reporting - w.waiting
-	return slots - active - max(w.waiting-slots, 0)
+	now = slots - (len(w.held) - w.reporting - w.waiting)
+	if now <= 0 {
+		return 0, 0
+	}
+	return now, max(w.holdCap()-w.waiting, 0)
+}
+
+// holdCap bounds the runs held ahead of their start time: as many as the handlers can
+// start within holdHorizon at their mean duration (guessed as firstMeanRun until one is
+// measured), at least Concurrency+Prefetch and at most Config.Hold. Called with w.mu
+// held.
+func (w *Worker) holdCap() int {
+	mean := w.meanRun
+	if mean == 0 {
+		mean = float64(firstMeanRun)
+	}
+	n := max(float64(w.cfg.Concurrency+w.cfg.Prefetch), float64(w.cfg.Concurrency)*float64(holdHorizon)/mean)
+	return int(min(n, float64(w.cfg.Hold)))
+}
+
+// observeDuration adds a handler's duration to meanRun. Called with w.mu held.
+func (w *Worker) observeDuration(d time.Duration) {
+	const weight = 0.05
+	if w.meanRun == 0 {
+		w.meanRun = max(float64(d), 1)
+		return
+	}
+	w.meanRun += weight * (max(float64(d), 1) - w.meanRun)
 }
 
 func (w *Worker) poke() {
@@ -509,7 +575,8 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			pausedRead = now
 		}
 		w.mu.Lock()
-		order, reqs = w.nextRound(order, reqs[:0], w.freeSlots())
+		now, ahead := w.claimable()
+		order, reqs = w.nextRound(order, reqs[:0], now, ahead)
 		w.mu.Unlock()
 		if len(reqs) > 0 {
 			// Not cancelled by Stop: runs claimed in Redis must reach takeClaims, which
@@ -559,15 +626,17 @@ func (w *Worker) claimLoop(ctx context.Context) {
 	}
 }
 
-// nextRound picks the sources of the next claim round, given free slots: up to
-// maxClaimSources hot sources of queues that are not paused, taken round-robin from order
-// (refilled from the hot set when it runs out, so no shard starves), with the free slots
+// nextRound picks the sources of the next claim round, given what may be claimed (now
+// runs that start at once, and ahead runs held until their start time: claimable): up
+// to maxClaimSources hot sources of queues that are not paused, taken round-robin from
+// order (refilled from the hot set when it runs out, so no shard starves), with both
 // shared among them. It returns the rest of order and the requests (appended to reqs),
 // none when no slot is free or no claimable source is hot. The caller holds w.mu.
-func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, free int) ([]source, []shard.ClaimRequest) {
-	if free <= 0 {
+func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, now, ahead int) ([]source, []shard.ClaimRequest) {
+	if now <= 0 {
 		return order, reqs
 	}
+	free := now + max(ahead, 0)
 	if len(order) == 0 {
 		for s := range w.hot {
 			if !w.paused[s.queue] {
@@ -583,15 +652,24 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, free int) 
 			reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
 		}
 	}
-	// Share the free slots: every source gets at least one, the first ones the rest, and
-	// none more than a claim takes (shard.MaxClaim): a claim that fills what it asked for
-	// keeps its source hot, so slots left over go to the next round at once.
-	for i := range reqs {
-		reqs[i].N = free / len(reqs)
-		if i < free%len(reqs) {
-			reqs[i].N++
+	// Share what may be claimed: every source gets at least one run, the first ones the
+	// rest, and none more than a claim takes (shard.MaxClaim): a claim that fills what it
+	// asked for keeps its source hot, so what is left over goes to the next round at
+	// once. The free slots are shared the same way; a source whose share is none claims
+	// only runs held until their start time.
+	share := func(total, i int) int {
+		n := total / len(reqs)
+		if i < total%len(reqs) {
+			n++
 		}
-		reqs[i].N = min(reqs[i].N, shard.MaxClaim)
+		return n
+	}
+	for i := range reqs {
+		reqs[i].N = min(share(free, i), shard.MaxClaim)
+		reqs[i].Now = min(share(now, i), reqs[i].N)
+		if reqs[i].Now == 0 {
+			reqs[i].Now = -1
+		}
 	}
 	return order, reqs
 }
@@ -651,9 +729,9 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			continue
 		}
 		src := source{req.Queue, req.Shard}
-		// A claim takes at most shard.MaxClaim runs, however many were asked for: one
-		// that took that many did not find the source empty.
-		if len(res.Runs) < min(req.N, shard.MaxClaim) {
+		// A claim that took what it asked for, or stopped at a run that did not fit,
+		// did not find the source empty.
+		if !res.More {
 			if at, ok := w.hot[src]; ok && at >= res.At {
 				w.hot[src] = 0
 			} else {
@@ -679,7 +757,7 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 				a.wait = time.AfterFunc(wait, func() { w.release(a) })
 				continue
 			}
-			w.runs <- a // never blocks (see freeSlots)
+			w.runs <- a // never blocks (see claimable)
 		}
 	}
 	return failed
@@ -743,13 +821,13 @@ func (w *Worker) release(a *active) {
 	}
 	a.wait = nil
 	w.waiting--
-	w.runs <- a // never blocks (see freeSlots)
+	w.runs <- a // never blocks (see claimable)
 }
 
 // listen turns ready and cancel signals into hot sources and cancelled handlers.
 func (w *Worker) listen(ctx context.Context) {
 	keys := w.store.Keys()
-	channels := []string{keys.CancelChannel(), keys.QueueChannel()}
+	channels := []string{keys.CancelChannel(), keys.HoldChannel(), keys.QueueChannel()}
 	queueOf := map[string]string{}
 	for _, q := range w.cfg.Queues {
 		ch := keys.ReadyChannel(q)
@@ -771,9 +849,12 @@ func (w *Worker) listen(ctx context.Context) {
 		if err != nil && errs.Allow() {
 			w.logger.WarnContext(ctx, "signal subscription", "error", err)
 		}
-		// Signals may have been missed while disconnected: sweep.
+		// Signals may have been missed while disconnected: sweep, and have the heartbeat
+		// ask about every run held for its start time until well after the next
+		// subscription (a hold signal may have been lost).
 		w.mu.Lock()
 		w.markAllHot()
+		w.recheckUntil = time.Now().Add(recheckAfterLoss)
 		w.mu.Unlock()
 		w.poke()
 		select {
@@ -814,7 +895,7 @@ func (w *Worker) signal(ch, msg string) {
 		w.rereadPaused = true
 		w.mu.Unlock()
 		w.poke()
-	case keys.CancelChannel():
+	case keys.CancelChannel(), keys.HoldChannel():
 		_, member, ok := strings.Cut(msg, " ")
 		if !ok {
 			return
@@ -822,9 +903,29 @@ func (w *Worker) signal(ch, msg string) {
 		w.mu.Lock()
 		a := w.held[member]
 		w.mu.Unlock()
-		if a != nil {
+		switch {
+		case a == nil:
+		case ch == keys.CancelChannel():
 			w.cancelRun(a, errJobCancelled)
+		default:
+			w.holdRun(a)
 		}
+	}
+}
+
+// holdRun hands back a run whose job was paused or changed, unless its handler has
+// started (a run that started goes on, as a pause lets running runs finish).
+func (w *Worker) holdRun(a *active) {
+	w.mu.Lock()
+	if a.started || a.cancelled != nil {
+		w.mu.Unlock()
+		return
+	}
+	a.cancelled = errHeldBack
+	waiting := a.wait != nil && a.wait.Stop()
+	w.mu.Unlock()
+	if waiting {
+		w.release(a)
 	}
 }
 
@@ -869,8 +970,9 @@ func (w *Worker) extendDue(ctx context.Context) error {
 	now := time.Now()
 	byShard := map[shard.ID][]*active{}
 	w.mu.Lock()
+	recheck := now.Before(w.recheckUntil)
 	for _, a := range w.held {
-		if now.Sub(a.extended) >= a.c.Visibility/3 {
+		if now.Sub(a.extended) >= a.c.Visibility/3 || (recheck && a.wait != nil) {
 			byShard[a.c.Shard] = append(byShard[a.c.Shard], a)
 		}
 	}
@@ -896,6 +998,8 @@ func (w *Worker) extendDue(ctx context.Context) error {
 				w.cancelRun(a, errJobCancelled)
 			case shard.ExtendLost:
 				w.cancelRun(a, shard.ErrTokenMismatch)
+			case shard.ExtendHold:
+				w.holdRun(a)
 			}
 		}
 	}
@@ -941,6 +1045,11 @@ func (w *Worker) work(a *active) {
 			w.cfg.Metrics.RunFinished(a.queue, OutcomeRejected, max(a.c.ClaimedAt.Sub(a.c.Due), 0), 0)
 			return
 		}
+		if errors.Is(cancelled, errHeldBack) {
+			// Ready again (or parked, when its job is paused) without using an attempt.
+			w.finish(a, nil, shard.Finish{Outcome: shard.HandBack}, time.Time{}, time.Time{}, nil)
+			return
+		}
 		w.finish(a, nil, shard.Finish{Outcome: shard.Cancelled, Error: cancelled.Error()}, time.Time{}, time.Time{}, nil)
 		return
 	}
@@ -948,6 +1057,9 @@ func (w *Worker) work(a *active) {
 	r.StartedAt = a.clock.redisAt(started)
 	err := w.call(ctx, r)
 	ended := time.Now()
+	w.mu.Lock()
+	w.observeDuration(ended.Sub(started))
+	w.mu.Unlock()
 	cause := context.Cause(ctx)
 	cancelTimeout()
 	cancel(nil)

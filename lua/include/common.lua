@@ -332,6 +332,22 @@ local function fire_retry(jobKey, member, due, q, pri, st, once, v)
   return ready
 end
 
+-- held_runs returns the members of job id's active runs (rl) that a worker claimed
+-- ahead of their start time and has not started (in flight, with a start time 'sa'
+-- after now): a pause or a change of the job sends them back (the caller publishes them
+-- on the hold channel, shard.Keys.HoldChannel), and the worker hands such a run back
+-- unless its handler has started by then.
+local function held_runs(jobKey, id, rl, now)
+  local out = {}
+  for due in string.gmatch(rl or '', '[^,]+') do
+    local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
+    if r.st == 'running' and r.tok ~= '' and (tonumber(r.sa) or 0) > now then
+      out[#out + 1] = id .. ':' .. due
+    end
+  end
+  return out
+end
+
 -- new_run queues a new occurrence for its first attempt. The caller adds due to the
 -- job's 'rl'. Returns its member.
 local function new_run(jobID, due, q, pri)

@@ -1,0 +1,152 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/dispatcher"
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// A run that a worker claimed ahead of its due time (the dispatcher's lead) is handed
+// back when its job is paused before that time: it does not start while the job is
+// paused, and runs once after the resume, without using an attempt (issue 21, item 2).
+// A change of the job sends the run back too, and it starts with the new definition.
+func TestWorker_HeldRunObeysPauseAndUpdate(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s := openStore(t, b)
+		var mu sync.Mutex
+		var starts []*Run
+		w, err := New(Config{Store: s, Concurrency: 2, Sweep: 100 * time.Millisecond})
+		require.NoError(t, err)
+		w.HandleFunc("t", func(_ context.Context, r *Run) error {
+			mu.Lock()
+			starts = append(starts, r)
+			mu.Unlock()
+			return nil
+		})
+		require.NoError(t, w.Start(ctx))
+		defer func() { stopSoon(w) }()
+		d, err := dispatcher.New(dispatcher.Config{Store: s, Name: "hold", Lead: time.Second})
+		require.NoError(t, err)
+		require.NoError(t, d.Start(ctx))
+		defer func() { _ = d.Stop(context.Background()) }()
+
+		now, err := s.ServerNow(ctx)
+		require.NoError(t, err)
+		due := now.Add(700 * time.Millisecond)
+		_, err = s.Create(ctx, []*job.Job{
+			{ID: "paused", Type: "t", Payload: []byte("p"), Schedule: job.Schedule{At: due}},
+			{ID: "changed", Type: "t", Payload: []byte("old"), Schedule: job.Schedule{At: due}},
+		})
+		require.NoError(t, err)
+		held := func(id string) bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			a := w.held[shard.RunMember(id, due.UnixMilli())]
+			return a != nil && a.wait != nil
+		}
+		require.Eventually(t, func() bool { return held("paused") && held("changed") }, 5*time.Second, 2*time.Millisecond, "claimed ahead")
+		_, changed, err := s.Pause(ctx, "paused")
+		require.NoError(t, err)
+		require.True(t, changed)
+		payload := []byte("new")
+		_, err = s.Update(ctx, "changed", shard.Update{Payload: &payload})
+		require.NoError(t, err)
+
+		// Past the due time: the changed job ran with its new payload, the paused one not.
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(starts) == 1
+		}, 5*time.Second, 5*time.Millisecond)
+		for {
+			n, err := s.ServerNow(ctx)
+			require.NoError(t, err)
+			if n.After(due.Add(300 * time.Millisecond)) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		require.Len(t, starts, 1, "the paused job's run did not start")
+		require.Equal(t, "changed", starts[0].JobID)
+		require.Equal(t, "new", string(starts[0].Payload))
+		require.Equal(t, 1, starts[0].Attempt)
+		mu.Unlock()
+		info, err := s.Get(ctx, "paused")
+		require.NoError(t, err)
+		require.Equal(t, job.StatePaused, info.State)
+
+		_, _, err = s.Resume(ctx, "paused")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(starts) == 2
+		}, 5*time.Second, 5*time.Millisecond)
+		mu.Lock()
+		require.Equal(t, "paused", starts[1].JobID)
+		require.Equal(t, 1, starts[1].Attempt, "a hand-back uses no attempt")
+		mu.Unlock()
+		require.Eventually(t, func() bool {
+			info, err := s.Get(ctx, "paused")
+			require.NoError(t, err)
+			return info.State == job.StateCompleted
+		}, 5*time.Second, 5*time.Millisecond)
+	})
+}
+
+// A hold signal lost with the subscription is made up by the heartbeat: after a lost
+// subscription, the worker asks about its waiting runs, and one whose job is paused is
+// handed back (extend_runs answers shard.ExtendHold).
+func TestWorker_HeldRunRecheckedAfterALostSubscription(t *testing.T) {
+	_, c := redistest.Mini(t)
+	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: "wh", Shards: 1})
+	require.NoError(t, err)
+	ctx := context.Background()
+	now, err := s.ServerNow(ctx)
+	require.NoError(t, err)
+	due := now.Add(5 * time.Second)
+	_, err = s.Create(ctx, []*job.Job{{ID: "h", Type: "t", Schedule: job.Schedule{At: due}}})
+	require.NoError(t, err)
+	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Minute)[0]
+	_, err = s.FireDue(ctx, lease.Lease, 10, time.Minute)
+	require.NoError(t, err)
+	w, err := New(Config{Store: s, Concurrency: 4})
+	require.NoError(t, err)
+	res := s.ClaimMany(ctx, []shard.ClaimRequest{{Shard: 0, Queue: "default", N: 1}}, w.cfg.ID, w.nonce)
+	require.NoError(t, res[0].Err)
+	require.Len(t, res[0].Runs, 1)
+	w.mu.Lock()
+	w.takeClaims([]shard.ClaimRequest{{Shard: 0, Queue: "default", N: 1}}, res, time.Now())
+	require.Equal(t, 1, w.waiting)
+	w.mu.Unlock()
+	// Paused while the worker was not subscribed: no signal reaches it.
+	_, _, err = s.Pause(ctx, "h")
+	require.NoError(t, err)
+	require.NoError(t, w.extendDue(ctx))
+	require.Equal(t, 1, w.waitingCount(), "a heartbeat not yet due asks nothing")
+	w.mu.Lock()
+	w.recheckUntil = time.Now().Add(recheckAfterLoss)
+	w.mu.Unlock()
+	require.NoError(t, w.extendDue(ctx))
+	require.Zero(t, w.waitingCount())
+	a := <-w.runs
+	require.ErrorIs(t, a.cancelled, errHeldBack)
+}
+
+func (w *Worker) waitingCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting
+}
