@@ -215,3 +215,38 @@ func (w *Worker) claimNow() int {
 	now, _ := w.claimable()
 	return now
 }
+
+// A source whose claim stopped at a run that starts at once, for want of a free slot, is
+// late: rounds give it the free slots first and leave it out when they have none, so
+// claims of runs held ahead do not knock at its head again and again.
+func TestNextRound_LateSourcesTakeTheFreeSlotsFirst(t *testing.T) {
+	w := newTestWorker(t)
+	for id := range shard.ID(4) {
+		w.markHot(source{"default", id}, 1)
+	}
+	late := source{"default", 2}
+	req := []shard.ClaimRequest{{Shard: 2, Queue: "default", N: 10, Now: -1}}
+	w.takeClaims(req, []shard.ClaimResult{{At: 5, More: true}}, time.Now())
+	require.True(t, w.late[late])
+
+	_, reqs := w.nextRound(nil, nil, 1, 4*minClaimPerSource-1)
+	require.Len(t, reqs, 4)
+	require.Equal(t, shard.ID(2), reqs[0].Shard, "the late source first")
+	require.Equal(t, 1, reqs[0].Now)
+	for _, r := range reqs[1:] {
+		require.Equal(t, -1, r.Now)
+	}
+	// A claim with a slot clears it.
+	req[0].Now = 1
+	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:1", Token: "t"}}}}, time.Now())
+	require.False(t, w.late[late])
+
+	// Late again, and no free slot to give: it waits.
+	req[0].Now = -1
+	w.takeClaims(req, []shard.ClaimResult{{At: 7, More: true}}, time.Now())
+	w.late[source{"default", 0}] = true
+	_, reqs = w.nextRound(nil, nil, 1, 4*minClaimPerSource-1)
+	require.Len(t, reqs, 3, "one late source takes the slot, the other waits")
+	require.True(t, w.late[source{"default", reqs[0].Shard}])
+	require.Equal(t, 1, reqs[0].Now)
+}

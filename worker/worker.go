@@ -298,6 +298,10 @@ type Worker struct {
 	// short clears a source only if it ran after that time, so a signal for runs made
 	// ready while the claim was in flight is not lost.
 	hot map[source]int64
+	// late holds the hot sources whose last claim found a run that starts at once at
+	// the head of their ready set but had no free slot for it (ClaimRequest.Now below
+	// 0): a round gives them the free slots first, and claims from them only with one.
+	late map[source]bool
 	// paused holds the worker's queues that an operator paused: their sources stay in
 	// hot but are not claimed. The paused set in Redis is the truth; signals only
 	// hasten reading it. A pause signal pauses at once (the safe direction) and bumps
@@ -385,7 +389,7 @@ func New(cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg: cfg, store: cfg.Store, nonce: randHex(6),
 		logger:   cfg.Logger.With("component", "worker", "worker", cfg.ID),
-		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{},
+		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{}, late: map[source]bool{},
 		paused:    map[string]bool{},
 		claimWake: make(chan struct{}, 1),
 		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch+cfg.Hold),
@@ -645,12 +649,27 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, now, ahead
 		}
 	}
 	sources := min(max(free/minClaimPerSource, 1), maxClaimSources)
+	lateIn := 0 // late sources in reqs, first
 	for len(order) > 0 && len(reqs) < sources {
 		var src source
 		src, order = order[0], order[1:]
-		if _, ok := w.hot[src]; ok && !w.paused[src.queue] {
-			reqs = append(reqs, shard.ClaimRequest{Shard: src.shard, Queue: src.queue})
+		if _, ok := w.hot[src]; !ok || w.paused[src.queue] {
+			continue
 		}
+		req := shard.ClaimRequest{Shard: src.shard, Queue: src.queue}
+		if !w.late[src] {
+			reqs = append(reqs, req)
+			continue
+		}
+		// A late source takes a free slot or waits for a round that has one: without
+		// one its claim would stop at its head again.
+		if lateIn >= now {
+			continue
+		}
+		reqs = append(reqs, req)
+		copy(reqs[lateIn+1:], reqs[lateIn:len(reqs)-1])
+		reqs[lateIn] = req
+		lateIn++
 	}
 	// Share what may be claimed: every source gets at least one run, the first ones the
 	// rest, and none more than a claim takes (shard.MaxClaim): a claim that fills what it
@@ -729,6 +748,11 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			continue
 		}
 		src := source{req.Queue, req.Shard}
+		if req.Now < 0 && res.More && len(res.Runs) == 0 {
+			w.late[src] = true
+		} else if req.Now >= 0 {
+			delete(w.late, src)
+		}
 		// A claim that took what it asked for, or stopped at a run that did not fit,
 		// did not find the source empty.
 		if !res.More {
@@ -737,6 +761,7 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			} else {
 				delete(w.hot, src)
 			}
+			delete(w.late, src)
 		}
 		if len(res.Runs) == 0 {
 			continue
