@@ -177,7 +177,7 @@ func randomCronExpr(rng *rand.Rand, tr tzTransition, wild bool) string {
 // first reference firing strictly after it. Zones with the same changes are tested once.
 func TestCron_NextZonesProperty(t *testing.T) {
 	t.Parallel()
-	transitionsPerZone, exprsPerTransition := 16, 8
+	transitionsPerZone, exprsPerTransition := 10, 6
 	if raceEnabled || testing.Short() {
 		transitionsPerZone, exprsPerTransition = 3, 4
 	}
