@@ -37,7 +37,7 @@ const (
 	MaxRunAll = 100
 	// MaxDelay bounds a one-time job's delay and a retry policy's backoffs, so that the
 	// times they give stay below MaxAt until 2099 and below the store's hard limit
-	// (see MinAt) until 2186.
+	// (see MinAt and MaxAt) until 2186.
 	MaxDelay = 100 * 365 * 24 * time.Hour
 )
 
