@@ -349,8 +349,10 @@ func (c *Cron) periodAt(u int64) cronPeriod {
 	return p
 }
 
-// repeatedUntil returns the exclusive end of the wall-clock range at the beginning of p
-// that already occurred before p (after the clocks went back), or math.MinInt64.
+// repeatedUntil returns the exclusive end of the wall-clock range that the periods before
+// p (looking back up to 2 days) already covered, or math.MinInt64. When it is after the
+// wall time p starts at, the clocks went back and those wall times repeat; when it is
+// before, the clocks jumped forward and the wall times in between never occur.
 func (c *Cron) repeatedUntil(p cronPeriod) int64 {
 	until := int64(math.MinInt64)
 	r := p
@@ -382,8 +384,16 @@ func (c *Cron) Next(after time.Time) time.Time {
 		wFrom := from + p.off
 		if !c.wildHour {
 			// A fixed-hour expression already fired for wall times that occurred before
-			// the clocks went back.
-			wFrom = max(wFrom, c.repeatedUntil(p))
+			// p, and fires the wall times that the clocks skipped on entering p once, at
+			// p.start. That firing time belongs to p: it counts even when the search
+			// starts at the jump itself (after is the last second before it).
+			seen := c.repeatedUntil(p)
+			if p.start >= from && seen != math.MinInt64 && seen < p.start+p.off {
+				if w, ok := m.next(seen); ok && w < p.start+p.off {
+					return time.Unix(p.start, 0).In(c.loc)
+				}
+			}
+			wFrom = max(wFrom, seen)
 		}
 		w, ok := m.next(wFrom)
 		if !ok {
@@ -392,15 +402,7 @@ func (c *Cron) Next(after time.Time) time.Time {
 		if p.end == math.MaxInt64 || w < p.end+p.off {
 			return time.Unix(w-p.off, 0).In(c.loc)
 		}
-		q := c.periodAt(p.end)
-		if !c.wildHour && q.off > p.off {
-			// The clocks jump forward at p.end: a fixed-hour expression that matches a
-			// skipped wall time fires once, at the first instant after the jump.
-			if w, ok := m.next(p.end + p.off); ok && w < p.end+q.off {
-				return time.Unix(p.end, 0).In(c.loc)
-			}
-		}
-		p, from = q, p.end
+		p, from = c.periodAt(p.end), p.end
 	}
 	return time.Time{}
 }

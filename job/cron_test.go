@@ -654,3 +654,44 @@ func BenchmarkCron_Next(b *testing.B) {
 		})
 	}
 }
+
+// TestCron_NextJustBeforeJump starts Next in the last second before a forward jump (and at
+// the jump itself): a fixed-hour time in the gap still fires right after the jump.
+func TestCron_NextJustBeforeJump(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, tz, expr, after, want string
+	}{
+		// America/New_York: 2019-03-10 02:00 EST -> 03:00 EDT (07:00Z).
+		{"NY last second", "America/New_York", "30 2 * * *", "2019-03-10T06:59:59Z", "2019-03-10T03:00:00-04:00"},
+		{"NY last nanosecond", "America/New_York", "30 2 * * *", "2019-03-10T06:59:59.999999999Z", "2019-03-10T03:00:00-04:00"},
+		{"NY half second", "America/New_York", "30 2 * * *", "2019-03-10T06:59:59.5Z", "2019-03-10T03:00:00-04:00"},
+		{"NY two seconds", "America/New_York", "30 2 * * *", "2019-03-10T06:59:58Z", "2019-03-10T03:00:00-04:00"},
+		{"NY at the jump", "America/New_York", "30 2 * * *", "2019-03-10T07:00:00Z", "2019-03-11T02:30:00-04:00"},
+		{"NY several in gap", "America/New_York", "*/15 2 * * *", "2019-03-10T06:59:59Z", "2019-03-10T03:00:00-04:00"},
+		{"NY seconds field", "America/New_York", "30 30 2 * * *", "2019-03-10T06:59:59Z", "2019-03-10T03:00:00-04:00"},
+		{"NY 2040 rule", "America/New_York", "30 2 * * *", "2040-03-11T06:59:59Z", "2040-03-11T03:00:00-04:00"},
+		{"NY hourly skips gap", "America/New_York", "30 * * * *", "2019-03-10T06:59:59Z", "2019-03-10T03:30:00-04:00"},
+		{"NY fixed at 3:00", "America/New_York", "0 3 * * *", "2019-03-10T06:59:59Z", "2019-03-10T03:00:00-04:00"},
+		// America/Sao_Paulo: 2018-11-04 00:00 -03:00 -> 01:00 -02:00 (03:00Z).
+		{"Sao Paulo last second", "America/Sao_Paulo", "0 0 * * *", "2018-11-04T02:59:59Z", "2018-11-04T01:00:00-02:00"},
+		{"Sao Paulo daily macro", "America/Sao_Paulo", "@daily", "2018-11-04T02:59:59Z", "2018-11-04T01:00:00-02:00"},
+		{"Sao Paulo at the jump", "America/Sao_Paulo", "0 0 * * *", "2018-11-04T03:00:00Z", "2018-11-05T00:00:00-02:00"},
+		// Australia/Lord_Howe: 2026-10-04 02:00 +10:30 -> 02:30 +11:00 (15:30Z the day before).
+		{"Lord Howe last second", "Australia/Lord_Howe", "15 2 * * *", "2026-10-03T15:29:59Z", "2026-10-04T02:30:00+11:00"},
+		// Europe/London: 2026-03-29 01:00 GMT -> 02:00 BST (01:00Z).
+		{"London last second", "Europe/London", "30 1 * * *", "2026-03-29T00:59:59Z", "2026-03-29T02:00:00+01:00"},
+		// Pacific/Apia skipped 2011-12-30: 2011-12-29 24:00 -10:00 -> 2011-12-31 00:00 +14:00.
+		{"Apia skipped day", "Pacific/Apia", "0 9 * * *", "2011-12-30T09:59:59Z", "2011-12-31T00:00:00+14:00"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := mustCron(t, tt.expr, tt.tz)
+			after := mustTime(t, tt.after)
+			got := c.Next(after)
+			require.Equal(t, tt.want, got.Format(cronLayout))
+			require.True(t, got.After(after))
+		})
+	}
+}

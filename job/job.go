@@ -35,6 +35,26 @@ const (
 	// MaxRunAll bounds how many missed occurrences one misfire=run_all catch-up fires;
 	// older ones are recorded as missed.
 	MaxRunAll = 100
+	// MaxDelay bounds a one-time job's delay and a retry policy's backoffs, so that the
+	// times they give stay below MaxAt until 2099 and below the store's hard limit
+	// (see MinAt and MaxAt) until 2186.
+	MaxDelay = 100 * 365 * 24 * time.Hour
+)
+
+// The range of times a schedule may name: MinAt ≤ at < MaxAt.
+//
+// The store keeps a due time as integral milliseconds since 1970 and its scripts read it
+// as a string of digits (they compare times by length, then bytewise, and match them
+// with %d patterns), so a time before 1970, negative, is misread; 0 means "none" in
+// several of its fields. A ready run's score is (9-priority)*1e13 + due ms, so a due time
+// must stay below 1e13 ms (2286-11-20) for priorities not to mix. MinAt (2000-01-01)
+// keeps every due time clear of 0 and catches a client's unset or zero time, at no cost:
+// any time in the past fires at once. MaxAt (2200-01-01) leaves room for the retries and
+// delays added to a due time. Every time in the range is exact as a float64, as Redis
+// and Lua's %.14g print it.
+var (
+	MinAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxAt = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // State is the state of a job.
@@ -109,10 +129,10 @@ func fieldErr(field, format string, args ...any) *FieldError {
 
 // Schedule says when a job fires. Exactly one of At, Delay, Now or Cron is set.
 type Schedule struct {
-	// At fires the job once at this time. A time in the past fires at once; its
-	// lateness counts from At.
+	// At fires the job once at this time, from MinAt (2000) to before MaxAt (2200). A
+	// time in the past fires at once; its lateness counts from At.
 	At time.Time `json:"at,omitzero"`
-	// Delay fires the job once this long after Redis accepted it.
+	// Delay fires the job once this long after Redis accepted it, at most MaxDelay.
 	Delay time.Duration `json:"delay,omitempty"`
 	// Now fires the job once, at once.
 	Now bool `json:"now,omitempty"`
@@ -126,16 +146,24 @@ type Schedule struct {
 // IsRecurring reports whether the schedule is a cron schedule.
 func (s Schedule) IsRecurring() bool { return s.Cron != "" }
 
-// Validate checks that exactly one form is set and that a cron expression and zone parse.
+// Validate checks that exactly one form is set, that a time or delay is in range (MinAt,
+// MaxAt, MaxDelay) and that a cron expression and zone parse.
 func (s Schedule) Validate() error {
 	n := 0
 	if !s.At.IsZero() {
 		n++
+		if s.At.Before(MinAt) || !s.At.Before(MaxAt) {
+			return fieldErr("schedule.at", "must be from %s to before %s, got %s",
+				MinAt.Format(time.RFC3339), MaxAt.Format(time.RFC3339), s.At.Format(time.RFC3339Nano))
+		}
 	}
 	if s.Delay != 0 {
 		n++
 		if s.Delay < 0 {
 			return fieldErr("schedule.delay", "must not be negative, got %s", s.Delay)
+		}
+		if s.Delay > MaxDelay {
+			return fieldErr("schedule.delay", "must be at most %s (100 years), got %s", MaxDelay, s.Delay)
 		}
 	}
 	if s.Now {
@@ -202,10 +230,12 @@ func (p RetryPolicy) validate() error {
 	switch {
 	case p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts:
 		return fieldErr("retry.max_attempts", "must be 1 to %d, got %d", MaxMaxAttempts, p.MaxAttempts)
-	case p.InitialBackoff < time.Millisecond:
-		return fieldErr("retry.initial_backoff", "must be at least 1ms, got %s", p.InitialBackoff)
+	case p.InitialBackoff < time.Millisecond || p.InitialBackoff > MaxDelay:
+		return fieldErr("retry.initial_backoff", "must be 1ms to %s (100 years), got %s", MaxDelay, p.InitialBackoff)
 	case p.MaxBackoff < p.InitialBackoff:
 		return fieldErr("retry.max_backoff", "must be at least initial_backoff (%s), got %s", p.InitialBackoff, p.MaxBackoff)
+	case p.MaxBackoff > MaxDelay:
+		return fieldErr("retry.max_backoff", "must be at most %s (100 years), got %s", MaxDelay, p.MaxBackoff)
 	case p.Multiplier < 1 || p.Multiplier > 100 || math.IsNaN(p.Multiplier):
 		return fieldErr("retry.multiplier", "must be 1 to 100, got %v", p.Multiplier)
 	case p.Jitter > 1 || math.IsNaN(p.Jitter):

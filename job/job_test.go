@@ -2,6 +2,7 @@ package job
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +87,59 @@ func FuzzNormalize(f *testing.F) {
 		require.NoError(t, ValidateID("id", j.ID, MaxIDLen))
 		require.NoError(t, ValidateID("queue", j.Queue, MaxQueueLen))
 	})
+}
+
+// TestNormalize_TimeRange checks the range of the times and delays a job may name: a
+// time before 2000 or from 2200 on, a delay or backoff over MaxDelay, are refused with
+// the field named.
+func TestNormalize_TimeRange(t *testing.T) {
+	t.Parallel()
+	at := func(s string) Schedule {
+		ts, err := time.Parse(time.RFC3339Nano, s)
+		require.NoError(t, err)
+		return Schedule{At: ts}
+	}
+	tests := []struct {
+		name  string
+		sch   Schedule
+		retry RetryPolicy
+		field string // "" means valid
+	}{
+		{"year 1", at("0001-01-01T00:00:01Z"), RetryPolicy{}, "schedule.at"},
+		{"1969", at("1969-12-31T00:00:00Z"), RetryPolicy{}, "schedule.at"},
+		{"1 ms before 1970", at("1969-12-31T23:59:59.999Z"), RetryPolicy{}, "schedule.at"},
+		{"1 ns before 1970", at("1969-12-31T23:59:59.999999999Z"), RetryPolicy{}, "schedule.at"},
+		{"1970 in another zone", at("1970-01-01T00:30:00+01:00"), RetryPolicy{}, "schedule.at"},
+		{"the epoch", at("1970-01-01T00:00:00Z"), RetryPolicy{}, "schedule.at"},
+		{"1999", at("1999-12-31T23:59:59.999Z"), RetryPolicy{}, "schedule.at"},
+		{"2000 in another zone", at("2000-01-01T00:30:00+01:00"), RetryPolicy{}, "schedule.at"},
+		{"2000", at("2000-01-01T00:00:00Z"), RetryPolicy{}, ""},
+		{"2026", at("2026-11-26T12:00:00Z"), RetryPolicy{}, ""},
+		{"last ms before 2200", at("2199-12-31T23:59:59.999Z"), RetryPolicy{}, ""},
+		{"2200", at("2200-01-01T00:00:00Z"), RetryPolicy{}, "schedule.at"},
+		{"2287: priorities would mix", at("2287-01-01T00:00:00Z"), RetryPolicy{}, "schedule.at"},
+		{"year 9999", at("9999-12-31T23:59:59Z"), RetryPolicy{}, "schedule.at"},
+		{"max time", Schedule{At: time.Unix(1<<63-62135596801, 999999999)}, RetryPolicy{}, "schedule.at"},
+		{"min time", Schedule{At: time.Unix(-1<<63, 0)}, RetryPolicy{}, "schedule.at"},
+		{"max delay", Schedule{Delay: MaxDelay}, RetryPolicy{}, ""},
+		{"over max delay", Schedule{Delay: MaxDelay + time.Millisecond}, RetryPolicy{}, "schedule.delay"},
+		{"largest duration", Schedule{Delay: math.MaxInt64}, RetryPolicy{}, "schedule.delay"},
+		{"max backoff", Schedule{Now: true}, RetryPolicy{MaxBackoff: MaxDelay}, ""},
+		{"over max backoff", Schedule{Now: true}, RetryPolicy{MaxBackoff: math.MaxInt64}, "retry.max_backoff"},
+		{"over initial backoff", Schedule{Now: true}, RetryPolicy{InitialBackoff: math.MaxInt64, MaxBackoff: math.MaxInt64}, "retry.initial_backoff"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j := Job{Type: "t", Schedule: tt.sch, Retry: tt.retry}
+			err := j.Normalize(0)
+			if tt.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tt.field, fe.Field, err.Error())
+		})
+	}
 }

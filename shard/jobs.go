@@ -477,7 +477,7 @@ func succeededRun(due, v string) (job.Run, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return job.Run{}, err
 	}
-	r := job.Run{Due: ms(d), End: ms(end), Worker: p[4], Attempt: att, Outcome: job.OutcomeSucceeded}
+	r := job.Run{Due: dueTime(d), End: ms(end), Worker: p[4], Attempt: att, Outcome: job.OutcomeSucceeded}
 	if p[5] != "" {
 		start, err := strconv.ParseInt(p[5], 10, 64)
 		if err != nil {
@@ -508,8 +508,12 @@ func decodeHistory(jobID, h string) ([]job.Run, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runs of job %q: decode history entry %q: %w", jobID, r, err)
 		}
+		var due time.Time
+		if e.Due != 0 { // 0 is none: the cancel of a job with no occurrence filed
+			due = dueTime(int64(e.Due))
+		}
 		runs = append(runs, job.Run{
-			Due: ms(int64(e.Due)), Start: ms(int64(e.Start)), End: ms(int64(e.End)),
+			Due: due, Start: ms(int64(e.Start)), End: ms(int64(e.End)),
 			Worker: e.Worker, Attempt: int(e.Attempt), Outcome: job.Outcome(e.Outcome),
 			Error: e.Error, Missed: int(e.Missed),
 		})

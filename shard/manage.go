@@ -464,7 +464,7 @@ func (s *Store) readDead(ctx context.Context, id ID, entries []rueidis.ZScore) (
 			return nil, fmt.Errorf("dead runs of shard %d: %v", id, err)
 		}
 		jobID, due, _ := SplitMember(entries[i].Member)
-		d := DeadRun{Member: entries[i].Member, JobID: jobID, Due: ms(due), DiedAt: ms(int64(entries[i].Score)),
+		d := DeadRun{Member: entries[i].Member, JobID: jobID, Due: dueTime(due), DiedAt: ms(int64(entries[i].Score)),
 			Queue: str(f[0]), Type: str(f[1]), Shard: id}
 		if d.Queue == "" {
 			d.Queue = job.DefaultQueue

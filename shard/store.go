@@ -593,3 +593,8 @@ func ms(t int64) time.Time {
 	}
 	return time.UnixMilli(t)
 }
+
+// dueTime returns the due time of a run from its ms. Unlike ms, 0 and negative values
+// are times: a run always has one, and binaries that did not check job.MinAt stored
+// runs due at or before 1970.
+func dueTime(t int64) time.Time { return time.UnixMilli(t) }

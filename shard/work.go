@@ -123,7 +123,7 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 		}
 		var due int64
 		c.JobID, due, _ = SplitMember(c.Member)
-		c.Due = ms(due)
+		c.Due = dueTime(due)
 		if c.StartAt.Before(c.Due) {
 			c.StartAt = c.Due
 		}

@@ -508,9 +508,11 @@ local function cold_record(id, due, dueStr, bucketStart, now, dh, argv, defStart
 end
 
 -- cold_fields unpacks a cold record of bucket b (a number) into the job id, the due time
--- (a string) and the job hash's fields (HGETALL's form: name, value, ...).
+-- (a string) and the job hash's fields (HGETALL's form: name, value, ...). The offset and
+-- age may be negative: a packed job's offset is its due time, and binaries that did not
+-- check job.MinAt accepted one-time jobs due before 1970.
 local function cold_fields(rec, b, bucketMs)
-  local id, off, age, dh, k, pos = string.match(rec, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(.)()')
+  local id, off, age, dh, k, pos = string.match(rec, '^([^|]*)|(-?%d+)|(-?%d+)|([^|]*)|(.)()')
   local due = b * bucketMs + tonumber(off)
   local dueStr = num(due)
   local f = { 'st', 'scheduled', 'nx', dueStr, 'cr', num(due - tonumber(age)), 'dh', dh, 'rl', ',' }
