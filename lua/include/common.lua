@@ -706,11 +706,13 @@ local function unpack_job(P, id, bucketsKey, bucketMs)
     return false
   end
   local run = redis.call('HGET', P .. PACKED_RUNS, id)
+  -- Decoded before anything is deleted: a script that fails on a value it cannot read
+  -- is not rolled back, and must not have lost the job.
+  local f, exp, dueStr = packed_fields(P, id, v, run, now_ms())
   redis.call('HDEL', P .. PACKED, id)
   if run then
     redis.call('HDEL', P .. PACKED_RUNS, id)
   end
-  local f, exp, dueStr = packed_fields(P, id, v, run, now_ms())
   if not f then
     return false
   end
