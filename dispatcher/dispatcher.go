@@ -55,9 +55,10 @@ type Config struct {
 	// round trips are paid before the due time instead of after it. A fired run shows
 	// as ready (and, once claimed, running) up to Lead early, and ready runs are claimed
 	// in priority order, then due order, so a run of higher priority due within Lead is
-	// claimed before lower-priority runs due now. A worker holds up to its
-	// Concurrency+Prefetch runs that way: for the full effect they should cover the runs
-	// that come due within Lead. Default 100ms; a negative value fires runs only once due.
+	// claimed before lower-priority runs due now. A worker holds such runs without a
+	// handler slot (worker.Config.Hold), and hands one back when its job is paused or
+	// changed before its due time. Default 100ms; a negative value fires runs only once
+	// due.
 	Lead time.Duration
 	// Coalesce is the shortest sleep between two fires of a shard when runs keep coming
 	// due: runs due within it are fired together, in one call. Without a lead they are
