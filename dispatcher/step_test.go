@@ -230,3 +230,25 @@ func TestStep_HeavyFiringOneAtATime(t *testing.T) {
 	require.False(t, d.heavy[0], "that step fired nothing: light again")
 	d.heavyMu.Unlock()
 }
+
+// misfire=run_all after an outage longer than job.MaxRunAll occurrences fires the newest
+// of them, and records the older ones as missed, naming the first (item 5).
+func TestStep_MisfireRunAllFiresTheNewest(t *testing.T) {
+	t.Parallel()
+	b := newStepBundle(t)
+	ctx := context.Background()
+	_, err := b.store.Create(ctx, []*job.Job{{ID: "all", Type: "t", Misfire: job.MisfireRunAll, Overlap: job.OverlapAllow,
+		Schedule: job.Schedule{Cron: "* * * * *"}}})
+	require.NoError(t, err)
+	b.at(150*time.Minute + 30*time.Second) // 150 occurrences, from minute 1
+	ready := b.ready()
+	require.Len(t, ready, job.MaxRunAll)
+	require.Contains(t, ready, member("all", b.now.Add(150*time.Minute)))
+	require.Contains(t, ready, member("all", b.now.Add(51*time.Minute)))
+	require.NotContains(t, ready, member("all", b.now.Add(50*time.Minute)))
+	runs, err := b.store.Runs(ctx, "all")
+	require.NoError(t, err)
+	require.Equal(t, job.OutcomeMissed, runs[0].Outcome)
+	require.Equal(t, 50, runs[0].Missed)
+	require.Equal(t, b.now.Add(time.Minute), runs[0].Due.UTC(), "the missed entry names a missed occurrence")
+}
