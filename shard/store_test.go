@@ -205,7 +205,7 @@ func TestRuns_KeepsLastHistory(t *testing.T) {
 
 // inspect reads where a run is.
 type where struct {
-	ready, inflight, due bool
+	ready, inflight bool
 	state                string
 }
 
