@@ -83,12 +83,15 @@ func (c *Client) Close() {
 	}
 }
 
-// Create stores a job and files its first run. j is normalised in place (defaults, a
-// generated id). A job whose id exists is not stored again: the result describes the
-// existing job with Created false (and Conflict true if its definition differs). An
-// invalid job returns a *job.FieldError naming the field.
+// Create stores a job and files its first run. j is not modified: defaults and a
+// generated id are applied to a copy, so a create retried with the same *job.Job (after
+// a timeout, say) returns the existing job. A job whose id exists is not stored again:
+// the result describes the existing job with Created false (and Conflict true if its
+// definition differs). A job without an id gets a new one each time; the result's ID
+// names it. An invalid job returns a *job.FieldError naming the field. The error is the
+// Redis error, if any, else the job's own; ctx bounds the round trips.
 func (c *Client) Create(ctx context.Context, j *job.Job) (shard.CreateResult, error) {
-	res, err := c.store.Create(ctx, []*job.Job{j})
+	res, err := c.store.Create(ctx, []*job.Job{cloneJob(j)})
 	if err != nil {
 		return res[0], err
 	}
@@ -96,9 +99,28 @@ func (c *Client) Create(ctx context.Context, j *job.Job) (shard.CreateResult, er
 }
 
 // CreateMany stores many jobs in one pipeline (grouped by shard). Results are in the
-// order of jobs, each with its own Err; the error is the first Redis error.
+// order of jobs, each with its own Err; the error is the first Redis error. The jobs are
+// not modified (see Create).
 func (c *Client) CreateMany(ctx context.Context, jobs []*job.Job) ([]shard.CreateResult, error) {
-	return c.store.Create(ctx, jobs)
+	copies := make([]*job.Job, len(jobs))
+	for i, j := range jobs {
+		copies[i] = cloneJob(j)
+	}
+	return c.store.Create(ctx, copies)
+}
+
+// cloneJob returns a copy of j that normalising cannot change j through: the priority is
+// copied, not shared. The payload is shared: nothing writes to it.
+func cloneJob(j *job.Job) *job.Job {
+	if j == nil {
+		return nil
+	}
+	cp := *j
+	if j.Priority != nil {
+		p := *j.Priority
+		cp.Priority = &p
+	}
+	return &cp
 }
 
 // Get returns a job and its state, or ErrNotFound.
