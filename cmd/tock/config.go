@@ -485,10 +485,18 @@ func (f *flagValue) Set(v string) error {
 // connects. addFlags, when set, defines the command's flags that are not settings. For
 // -h or --help it prints the help to out and returns flag.ErrHelp. An invalid setting is a
 // *settingError; all of them are returned at once, joined.
+//
+// Every error but flag.ErrHelp is a *usageError: nothing ran.
 func loadConfig(cmd command, args []string, getenv func(string) string, out io.Writer, addFlags func(*flag.FlagSet)) (*config, error) {
-	fs := flag.NewFlagSet("tock "+cmd.String(), flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	c, err := loadSettings(cmd, args, getenv, out, addFlags)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return nil, &usageError{cmd: "tock " + cmd.String(), err: err}
+	}
+	return c, err
+}
+
+func loadSettings(cmd command, args []string, getenv func(string) string, out io.Writer, addFlags func(*flag.FlagSet)) (*config, error) {
+	fs := newFlagSet("tock " + cmd.String())
 	flags := map[string]*flagValue{}
 	for _, s := range settings {
 		if s.cmds&cmd != 0 {
@@ -824,19 +832,9 @@ func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
 		}
 		fmt.Fprintf(w, "  --%s %s\n%s\n%s\n", s.flagName(cmd), s.arg, wrap(s.help, 88, "      "), wrap(where, 88, "      "))
 	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := f.Value.(*flagValue); !ok { // a command flag that is not a setting
-			arg, usage := flag.UnquoteUsage(f)
-			if arg == "value" {
-				arg = ""
-			}
-			switch f.DefValue {
-			case "", "0", "false":
-			default:
-				usage += " (default " + f.DefValue + ")"
-			}
-			fmt.Fprintf(w, "  %s\n%s\n", strings.TrimSpace("--"+f.Name+" "+arg), wrap(usage, 88, "      "))
-		}
+	printFlags(w, fs, func(f *flag.Flag) bool {
+		_, setting := f.Value.(*flagValue) // printed above
+		return setting
 	})
 }
 

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,51 +53,34 @@ Usage:
       Queue figures (--watch redraws every 2s), or stop and restart claiming from a queue.
   tock bench fire|throughput|memory|ingest|bare [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
+  tock version
+      Print the version, the commit it was built from and the Go version (or tock --version).
 
 server, ingest, dispatcher, init and snapshot read each setting from a flag, an environment
 variable (TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config FILE or TOCK_CONFIG); see
 docs/config.md. SIGINT or SIGTERM stops them gracefully, in order: the API, the
 dispatcher, periodic snapshots, the Redis client; a second signal exits at once.
 
-Run 'tock <command> --help' for the flags of a command.
+Run 'tock <command> --help' for the flags of a command. Help goes to stdout with exit
+status 0; a command line that cannot run exits 2, an error while running exits 1.
 `
 
-// usageError is a command line that names no known command (exit status 2).
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	go func() {
 		<-ctx.Done()
 		stop() // the first signal starts a graceful shutdown; a second one exits at once
 	}()
-	err := run(ctx, os.Args[1:], osCLI())
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.As(err, &ue):
-		fmt.Fprintf(os.Stderr, "tock: %s\n\n%s", ue.msg, usage)
-		stop()
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "tock:", err)
-		stop()
-		os.Exit(1)
-	}
+	code := execute(ctx, os.Args[1:], osCLI())
+	stop()
+	os.Exit(code)
 }
 
-// run runs the command args[0] with its arguments.
+// run runs the command args[0] with its arguments; args is not empty.
 func run(ctx context.Context, args []string, c *cli) error {
 	switch args[0] {
 	case "dev":
-		return runDev(ctx, args[1:], c.out)
+		return runDev(ctx, args[1:], c)
 	case "server":
 		return runServer(ctx, args[1:], c)
 	case "ingest":
@@ -114,14 +96,16 @@ func run(ctx context.Context, args []string, c *cli) error {
 	case "queues", "queue":
 		return runQueues(ctx, c, args[1:])
 	case "bench":
-		return runBench(ctx, args[1:], c.out)
+		return runBench(ctx, args[1:], c)
 	case "snapshot":
 		return runSnapshot(ctx, args[1:], c)
-	case "help", "-h", "--help":
+	case "version", "--version", "-version":
+		return runVersion(args[1:], c)
+	case "help", "-h", "--help", "-help":
 		fmt.Fprint(c.out, usage)
 		return nil
 	}
-	return &usageError{fmt.Sprintf("unknown command %q", args[0])}
+	return &usageError{cmd: "tock", err: fmt.Errorf("unknown command %q", args[0]), usage: usage}
 }
 
 type devOptions struct {
@@ -133,20 +117,25 @@ type devOptions struct {
 	started func(apiAddr string)
 }
 
-func runDev(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("tock dev", flag.ContinueOnError)
+var devHelp = commandHelp{"tock dev [flags]",
+	"Run an embedded in-memory Redis (miniredis), a dispatcher, a demo worker and the HTTP API " +
+		"(no auth) in one process, until Ctrl-C. Nothing is kept when it stops. --demo also creates " +
+		"sample jobs; every firing prints a line."}
+
+func runDev(ctx context.Context, args []string, c *cli) error {
+	fs := newFlagSet("tock dev")
 	var o devOptions
 	fs.BoolVar(&o.demo, "demo", false, "create sample jobs and print one line per firing")
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "address of the embedded Redis (port 0 picks a free one)")
-	fs.StringVar(&o.http, "http", "127.0.0.1:8080", "address of the HTTP API (no auth; port 0 picks a free one; \"\" for none)")
-	fs.IntVar(&o.shards, "shards", shard.DefaultShards, "shard count")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "`address` of the embedded Redis (port 0 picks a free one)")
+	fs.StringVar(&o.http, "http", "127.0.0.1:8080", "`address` of the HTTP API (no auth; port 0 picks a free one; \"\" for none)")
+	fs.IntVar(&o.shards, "shards", shard.DefaultShards, "shard `count`")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagParseError(err, c.out, devHelp, fs)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("dev: unexpected argument %q", fs.Arg(0))
+		return usageErrorf("tock dev", "dev: unexpected argument %q", fs.Arg(0))
 	}
-	return dev(ctx, o, out)
+	return dev(ctx, o, c.out)
 }
 
 func dev(ctx context.Context, o devOptions, out io.Writer) error {

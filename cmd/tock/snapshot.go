@@ -64,13 +64,16 @@ type snapshotCmd struct {
 
 // runSnapshot runs tock snapshot export|restore|verify|ls.
 func runSnapshot(ctx context.Context, args []string, c *cli) error {
-	if len(args) == 0 || isHelp(args[0]) {
-		fmt.Fprint(c.errOut, snapshotUsage)
+	switch {
+	case len(args) == 0:
+		return &usageError{cmd: "tock snapshot", err: errors.New("snapshot: a command is required"), usage: snapshotUsage}
+	case isHelp(args[0]):
+		fmt.Fprint(c.out, snapshotUsage)
 		return flag.ErrHelp
 	}
 	cmd, ok := snapshotCommands[args[0]]
 	if !ok {
-		return &usageError{fmt.Sprintf("tock snapshot: unknown command %q (want export, restore, verify or ls)", args[0])}
+		return usageErrorf("tock snapshot", "snapshot: unknown command %q (want export, restore, verify or ls)", args[0])
 	}
 	s := &snapshotCmd{cli: c}
 	var (
@@ -98,9 +101,9 @@ func runSnapshot(ctx context.Context, args []string, c *cli) error {
 	case err != nil:
 		return fmt.Errorf("%s: %w", cmd, err)
 	case s.parallel < 1:
-		return fmt.Errorf("%s: --parallel must be at least 1, got %d", cmd, s.parallel)
+		return usageErrorf("tock "+cmd.String(), "%s: --parallel must be at least 1, got %d", cmd, s.parallel)
 	case keep < 0:
-		return fmt.Errorf("%s: --keep must not be negative, got %d", cmd, keep)
+		return usageErrorf("tock "+cmd.String(), "%s: --keep must not be negative, got %d", cmd, keep)
 	}
 	s.cfg, s.ns = cfg, cfg.namespace
 	switch cmd {

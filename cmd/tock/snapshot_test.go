@@ -120,11 +120,14 @@ func TestSnapshot_Usage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	none := map[string]string{}
-	r := runTock(t, ctx, none, "", "snapshot")
+	r := runTock(t, ctx, none, "", "snapshot", "--help")
 	require.ErrorIs(t, r.err, flag.ErrHelp)
-	require.Contains(t, r.errOut, "tock snapshot export --to LOCATION")
-	r = runTock(t, ctx, none, "", "snapshot", "frobnicate")
+	require.Contains(t, r.out, "tock snapshot export --to LOCATION")
+	r = runTock(t, ctx, none, "", "snapshot")
 	var ue *usageError
+	require.ErrorAs(t, r.err, &ue)
+	require.Contains(t, ue.usage, "tock snapshot export --to LOCATION")
+	r = runTock(t, ctx, none, "", "snapshot", "frobnicate")
 	require.ErrorAs(t, r.err, &ue)
 	r = runTock(t, ctx, none, "", "snapshot", "export", "--redis", "127.0.0.1:1")
 	require.ErrorContains(t, r.err, "snapshot export: --to (or TOCK_SNAPSHOT_TO, or snapshot_to in the --config file): required: ")
