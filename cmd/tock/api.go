@@ -440,6 +440,13 @@ func (f *jobFlags) retry() *ingest.Retry {
 	return &ingest.Retry{MaxAttempts: f.maxAttempts, InitialBackoff: f.initialBackoff, MaxBackoff: f.maxBackoff}
 }
 
+// checkDurations refuses durations too long for a duration (see checkDurationFlags).
+func (f *jobFlags) checkDurations() error {
+	return checkDurationFlags(map[string]string{"delay": f.delay, "timeout": f.timeout, "visibility": f.visibility,
+		"initial-backoff": f.initialBackoff, "max-backoff": f.maxBackoff, "misfire-after": f.misfireAfter},
+		"delay", "timeout", "visibility", "initial-backoff", "max-backoff", "misfire-after")
+}
+
 func (f *jobFlags) request(in io.Reader) (ingest.JobRequest, error) {
 	req := ingest.JobRequest{ID: f.id, Queue: f.queue, Type: f.typ, Timeout: f.timeout, Visibility: f.visibility,
 		Overlap: f.overlap, Misfire: f.misfire, MisfireAfter: f.misfireAfter, Retry: f.retry()}
@@ -449,6 +456,9 @@ func (f *jobFlags) request(in io.Reader) (ingest.JobRequest, error) {
 	s, ok := f.schedule()
 	if !ok {
 		return req, errors.New("a schedule is required: --at, --delay, --now or --cron")
+	}
+	if err := f.checkDurations(); err != nil {
+		return req, err
 	}
 	req.Schedule = s
 	p, b64, err := f.payloadFields(in)
@@ -599,6 +609,9 @@ func (a *apiCmd) jobsPatch(ctx context.Context, args []string) error {
 		return err
 	}
 	f.collectSet(a.fs)
+	if err := f.checkDurations(); err != nil {
+		return a.flagsError(err)
+	}
 	var p ingest.JobPatch
 	if s, ok := f.schedule(); ok {
 		p.Schedule = &s
@@ -822,7 +835,7 @@ func runQueues(ctx context.Context, c *cli, args []string) error {
 	var watch bool
 	var interval time.Duration
 	a.fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
-	a.fs.DurationVar(&interval, "interval", 2*time.Second, "redraw interval of --watch")
+	durationVar(a.fs, &interval, "interval", 2*time.Second, "redraw interval of --watch")
 	if err := a.parse(args, 0, ""); err != nil {
 		return err
 	}

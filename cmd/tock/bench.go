@@ -79,12 +79,12 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 	)
 	fs.StringVar(&redis, "redis", "", "Redis `address(es)`, comma-separated (env TOCK_REDIS; default: an embedded in-memory Redis)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
-	fs.DurationVar(&common.Bucket, "bucket", time.Minute, "due-bucket width of the bench namespace")
+	durationVar(fs, &common.Bucket, "bucket", time.Minute, "due-bucket width of the bench namespace")
 	fs.StringVar(&common.Namespace, "namespace", "", "namespace (default: a fresh one, deleted afterwards)")
 	fs.BoolVar(&common.Keep, "keep", false, "keep the keys in Redis afterwards")
 	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
-	fs.DurationVar(&fireLead, "fire-lead", dispatcher.DefaultLead, "dispatchers fire runs this far ahead of their due time and workers hold them until then (0 to 1s; 0: fire at the due time)")
-	fs.DurationVar(&common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
+	durationVar(fs, &fireLead, "fire-lead", dispatcher.DefaultLead, "dispatchers fire runs this far ahead of their due time and workers hold them until then (0 to 1s; 0: fire at the due time)")
+	durationVar(fs, &common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
 	fs.IntVar(&jobs, "jobs", 100000, "jobs")
 	defConc := bench.DefaultConcurrency
 	concUsage := "worker handler slots"
@@ -107,8 +107,8 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 	fs.IntVar(&procs, "procs", 0, "Go threads running tock's code at once (GOMAXPROCS); 0: the GOMAXPROCS environment variable when set, else one fewer than the CPUs when every --redis address is a loopback one (the Redis server keeps a core of its own), else all CPUs")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (load generator, dispatchers and workers) to this file, for go tool pprof")
 	if scenario == "fire" {
-		fs.DurationVar(&window, "window", 10*time.Second, "jobs are due uniformly across this window")
-		fs.DurationVar(&lead, "lead", 20*time.Second, "the window starts this long after scheduling starts")
+		durationVar(fs, &window, "window", 10*time.Second, "jobs are due uniformly across this window")
+		durationVar(fs, &lead, "lead", 20*time.Second, "the window starts this long after scheduling starts")
 		fs.IntVar(&pending, "pending", 0, "jobs pre-loaded due far in the future")
 		fs.BoolVar(&producerOnly, "producer-only", false, "only schedule (workers run elsewhere)")
 		fs.BoolVar(&workersOnly, "workers-only", false, "only run dispatchers and workers")
@@ -118,7 +118,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		fs.StringVar(&token, "token", "", "bearer `token` for --api (env TOCK_TOKEN)")
 		fs.IntVar(&conns, "conns", 16, "connections, each with one request in flight")
 		fs.IntVar(&batch, "batch", 1, "jobs per request: 1 posts each job to /v1/jobs, more posts arrays to /v1/jobs:batch")
-		fs.DurationVar(&delay, "delay", time.Hour, "the jobs are due this long after they are accepted")
+		durationVar(fs, &delay, "delay", time.Hour, "the jobs are due this long after they are accepted")
 	}
 	if err := fs.Parse(args); err != nil {
 		return flagParseError(err, c.out, commandHelp{"tock bench " + scenario + " [flags]", benchAbout[scenario]}, fs)

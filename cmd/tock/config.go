@@ -417,7 +417,10 @@ var settings = []*setting{
 		help: "how often to export a snapshot to --snapshot-to (0: never; else 1s or more)",
 		parse: func(c *config, v string) error {
 			// snapshot.RunPeriodic refuses less than 1s.
-			d, err := time.ParseDuration(v)
+			d, err := parseDurationText(v)
+			if errors.Is(err, errDurationRange) {
+				return err
+			}
 			if err != nil || d != 0 && d < time.Second {
 				return errors.New("want 0, or a duration of 1s or more such as 10m or 1h")
 			}
@@ -744,7 +747,10 @@ func parseCount(v string, lo, hi int64) (int64, error) {
 
 // parseDuration parses a Go duration from lo to hi.
 func parseDuration(v string, lo, hi time.Duration) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := parseDurationText(v)
+	if errors.Is(err, errDurationRange) {
+		return 0, fmt.Errorf("%w; want a duration from %s to %s", err, shortDuration(lo), shortDuration(hi))
+	}
 	if err != nil || d < lo || d > hi {
 		return 0, fmt.Errorf("want a duration from %s to %s, such as 90s or 10m", shortDuration(lo), shortDuration(hi))
 	}

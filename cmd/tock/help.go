@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -83,7 +84,24 @@ func flagParseError(err error, out io.Writer, h commandHelp, fs *flag.FlagSet) e
 		return flag.ErrHelp
 	}
 	return &usageError{cmd: fs.Name(),
-		err: fmt.Errorf("%s: %w (%s --help lists the flags)", strings.TrimPrefix(fs.Name(), "tock "), err, fs.Name())}
+		err: fmt.Errorf("%s: %w (%s --help lists the flags)", strings.TrimPrefix(fs.Name(), "tock "), flagValueError(err), fs.Name())}
+}
+
+// flagValueErrorRE matches package flag's error for a value that its flag refused.
+var flagValueErrorRE = regexp.MustCompile(`^invalid value (".*") for flag -(\S+): (.*)$`)
+
+// flagValueError rewords package flag's `invalid value "x" for flag -name: why` as
+// `--name "x": why`, the form of every other error about a setting.
+func flagValueError(err error) error {
+	m := flagValueErrorRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	why := m[3]
+	if why == "parse error" {
+		why = "not valid"
+	}
+	return fmt.Errorf("--%s %s: %s", m[2], m[1], why)
 }
 
 // printCommandHelp prints a command's help: its usage, what it does, and its flags.
@@ -108,6 +126,9 @@ func printFlags(w io.Writer, fs *flag.FlagSet, skip func(*flag.Flag) bool) {
 			return
 		}
 		arg, usage := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(durationFlag); ok && arg == "value" {
+			arg = "duration"
+		}
 		if arg == "value" {
 			arg = ""
 		}
