@@ -72,8 +72,9 @@ var commandInfo = []struct {
 		"snapshot of --namespace."},
 	{cmdSnapshotVerify, "snapshot verify", "Read a snapshot in --from whole and check every file, " +
 		"without restoring it. --snapshot ID as for tock snapshot restore."},
-	{cmdSnapshotLs, "snapshot ls", "List the snapshots of the namespace in --from (--all: of every " +
-		"namespace), newest first."},
+	{cmdSnapshotLs, "snapshot ls", "List the snapshots in --from, newest first: those of the namespace " +
+		"when the namespace setting is given, else (or with --all) those of every namespace. " +
+		"A location that does not exist is an error, and is not created."},
 }
 
 func (c command) String() string {
