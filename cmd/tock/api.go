@@ -248,7 +248,7 @@ func runJobs(ctx context.Context, c *cli, args []string) error {
 		if a.asJSON {
 			return a.printJSON(j)
 		}
-		return a.printJob(j)
+		return a.printJob(j, a.nextAttempt(ctx, j))
 	case "ls":
 		return a.jobsList(ctx, args)
 	case "patch":
@@ -634,7 +634,7 @@ func (a *apiCmd) jobsPatch(ctx context.Context, args []string) error {
 	if a.asJSON {
 		return a.printJSON(j)
 	}
-	return a.printJob(j)
+	return a.printJob(j, a.nextAttempt(ctx, j))
 }
 
 func (a *apiCmd) jobsList(ctx context.Context, args []string) error {
@@ -670,7 +670,7 @@ func (a *apiCmd) jobsList(ctx context.Context, args []string) error {
 	tw := a.table()
 	fmt.Fprintln(tw, "ID\tQUEUE\tTYPE\tSTATE\tSCHEDULE\tNEXT RUN\tPRIORITY")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", j.ID, j.Queue, j.Type, j.State, scheduleText(j.Schedule), a.timeOrDash(j.NextRunAt), j.Priority)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", j.ID, j.Queue, j.Type, j.State, scheduleText(j.Schedule), a.nextRunText(j), j.Priority)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -683,7 +683,39 @@ func (a *apiCmd) jobsList(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (a *apiCmd) printJob(j ingest.Job) error {
+// nextRunText is the NEXT RUN of a job in a listing: the earlier of its next occurrence
+// and the due time of a run waiting for a retry, marked "(retry)".
+func (a *apiCmd) nextRunText(j ingest.Job) string {
+	if j.RetryAt != nil && (j.NextRunAt == nil || j.RetryAt.Before(*j.NextRunAt)) {
+		return a.timeText(*j.RetryAt) + " (retry)"
+	}
+	return a.timeOrDash(j.NextRunAt)
+}
+
+// nextAttempt describes the attempt that job j waits for, when a run waits for a retry:
+// its due time and, from the run history, its number. "" when no run waits.
+func (a *apiCmd) nextAttempt(ctx context.Context, j ingest.Job) string {
+	if j.RetryAt == nil {
+		return ""
+	}
+	s := a.timeText(*j.RetryAt)
+	// The newest attempt of the history that failed or snoozed is the one the retry
+	// follows; a snooze does not use up an attempt.
+	if rl, err := a.client.Runs(ctx, j.ID); err == nil {
+		for _, r := range rl.Runs {
+			switch r.Outcome {
+			case "failed", "lost":
+				return fmt.Sprintf("%s (attempt %d of %d)", s, r.Attempt+1, j.Retry.MaxAttempts)
+			case "snoozed":
+				return fmt.Sprintf("%s (attempt %d of %d, after a snooze)", s, r.Attempt, j.Retry.MaxAttempts)
+			}
+		}
+	}
+	return s
+}
+
+// printJob prints job j as rows; next, when set, is the attempt a retrying run waits for.
+func (a *apiCmd) printJob(j ingest.Job, next string) error {
 	tw := a.table()
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("id", j.ID)
@@ -692,6 +724,9 @@ func (a *apiCmd) printJob(j ingest.Job) error {
 	row("state", j.State)
 	row("schedule", scheduleText(j.Schedule))
 	row("next run", a.timeOrDash(j.NextRunAt))
+	if next != "" {
+		row("next attempt", next)
+	}
 	row("active runs", strconv.Itoa(j.ActiveRuns))
 	row("priority", strconv.Itoa(j.Priority))
 	r := j.Retry

@@ -154,3 +154,32 @@ func TestBench_IngestFromTheCommandLine(t *testing.T) {
 		require.Positive(t, res.AcceptedPerSec)
 	}
 }
+
+// A job waiting for a retry shows when its next attempt is due, in the listing, the
+// detail and the JSON, instead of no next run at all.
+func TestDev_RetryingJobShowsItsNextAttempt(t *testing.T) {
+	t.Parallel()
+	u, _ := startDev(t)
+	env := map[string]string{"TOCK_API": u}
+	start := time.Now()
+	r := runTock(t, context.Background(), env, "", "jobs", "create", "--id", "flaky", "--type", "demo.doomed", "--now",
+		"--max-attempts", "3", "--initial-backoff", "1h")
+	require.NoError(t, r.err, r.errOut)
+	var j ingest.Job
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "jobs", "get", "flaky", "--json")
+		j = decodeJSON[ingest.Job](t, r.out)
+		return j.State == "retrying"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NotNil(t, j.RetryAt, "retry_at of a retrying job")
+	// 1h ± the default jitter of 20%.
+	require.WithinRange(t, *j.RetryAt, start.Add(48*time.Minute), time.Now().Add(72*time.Minute))
+	due := j.RetryAt.UTC().Format("2006-01-02 15:04:05.000")
+
+	r = runTock(t, context.Background(), env, "", "jobs", "get", "flaky")
+	require.NoError(t, r.err)
+	require.Regexp(t, `(?m)^next attempt:\s+`+regexp.QuoteMeta(due)+` \(attempt 2 of 3\)$`, r.out)
+	r = runTock(t, context.Background(), env, "", "jobs", "ls")
+	require.NoError(t, r.err)
+	require.Regexp(t, `(?m)^flaky\s+default\s+demo.doomed\s+retrying\s+now\s+`+regexp.QuoteMeta(due)+` \(retry\)\s+5$`, r.out)
+}
