@@ -330,7 +330,7 @@ func TestQueues(t *testing.T) {
 	b.ok(t, "jobs", "create", "--type", "t", "--now", "--queue", "mail")
 
 	out := b.ok(t, "queues")
-	require.Regexp(t, `(?m)^QUEUE\s+PAUSED\s+SCHEDULED\s+READY\s+IN FLIGHT\s+DEAD\s+FIRED\s+FIRED/S$`, out)
+	require.Regexp(t, `(?m)^QUEUE\s+PAUSED\s+SCHEDULED\s+READY\s+IN FLIGHT\s+DEAD\s+FIRED\s+FIRED/S\s+PROCESSED\s+FAILED\s+LATENESS P99$`, out)
 	require.Regexp(t, `(?m)^mail\s+-\s+1\s+1\s+0\s+0\s`, out)
 
 	out = b.ok(t, "queues", "pause", "mail")

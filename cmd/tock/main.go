@@ -50,7 +50,8 @@ Usage:
   tock dead ls|requeue|rm [flags]
       List dead runs, make them ready again, or delete them.
   tock queues [--watch] | tock queues pause|resume QUEUE...
-      Queue figures (--watch redraws every 2s), or stop and restart claiming from a queue.
+      Queue figures (--watch redraws every 2s, and keeps trying while the API is down),
+      or stop and restart claiming from a queue.
   tock bench fire|throughput|memory|ingest|bare [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
   tock version
