@@ -183,3 +183,57 @@ func TestDev_RetryingJobShowsItsNextAttempt(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Regexp(t, `(?m)^flaky\s+default\s+demo.doomed\s+retrying\s+now\s+`+regexp.QuoteMeta(due)+` \(retry\)\s+5$`, r.out)
 }
+
+// tock dev's worker serves every queue, including ones that appear after it started;
+// a job of a type it has no handler for fails with an error that says so in its run
+// history; the banner says what the demo worker runs.
+func TestDev_EveryQueueAndUnknownTypes(t *testing.T) {
+	t.Parallel()
+	u, out := startDev(t)
+	env := map[string]string{"TOCK_API": u}
+	tock := func(args ...string) string {
+		t.Helper()
+		r := runTock(t, context.Background(), env, "", args...)
+		require.NoError(t, r.err, "tock %s\n%s%s", strings.Join(args, " "), r.out, r.errOut)
+		return r.out
+	}
+	banner := out.String()
+	require.Contains(t, banner, `echo, demo.hello, demo.flaky, demo.doomed`)
+	require.Contains(t, banner, "in every queue")
+
+	tock("jobs", "create", "--id", "mail-1", "--type", "echo", "--queue", "mail", "--now")
+	tock("jobs", "create", "--id", "later-1", "--type", "echo", "--queue", "reports", "--delay", "1s")
+	for _, id := range []string{"mail-1", "later-1"} {
+		require.Eventually(t, func() bool {
+			r := runTock(t, context.Background(), env, "", "jobs", "get", id, "--json")
+			return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "completed"
+		}, 15*time.Second, 20*time.Millisecond, "job %s in a queue other than default never ran", id)
+	}
+
+	tock("jobs", "create", "--id", "unknown-1", "--type", "email.welcome", "--now", "--max-attempts", "2", "--initial-backoff", "1h")
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "jobs", "runs", "unknown-1")
+		return r.err == nil && strings.Contains(r.out, `no handler registered for job type "email.welcome"`)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Regexp(t, `(?m)^state:\s+retrying$`, tock("jobs", "get", "unknown-1"))
+	require.Contains(t, out.String(), `fired    job=unknown-1`)
+}
+
+// tock dev --worker=false runs no worker: every job waits for the user's own.
+func TestDev_WithoutWorker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, devOptions{addr: "127.0.0.1:0", http: "127.0.0.1:0", shards: 2, noWorker: true,
+			started: func(a string) { addr <- a }}, &out)
+	}()
+	u := "http://" + <-addr
+	r := runTock(t, context.Background(), map[string]string{"TOCK_API": u}, "", "jobs", "create", "--id", "e", "--type", "echo", "--now")
+	require.NoError(t, r.err)
+	require.Contains(t, out.String(), "no worker runs")
+	cancel()
+	require.NoError(t, <-done)
+}

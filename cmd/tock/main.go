@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,24 +13,19 @@ import (
 	"time"
 	_ "time/tzdata" // IANA zones inside the binary, for machines without zoneinfo
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 
-	"github.com/tockhq/tock"
 	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/ingest"
-	"github.com/tockhq/tock/internal/prom"
-	"github.com/tockhq/tock/job"
-	"github.com/tockhq/tock/shard"
-	"github.com/tockhq/tock/worker"
 )
 
 const usage = `tock: a Redis-native sharded job scheduler
 
 Usage:
-  tock dev [--demo] [--http 127.0.0.1:8080] [--addr 127.0.0.1:0] [--shards 64]
-      Run an embedded in-memory Redis, a dispatcher, a worker and the HTTP API (no auth)
-      in one process. --demo also creates sample jobs and prints one line per firing.
+  tock dev [--demo] [--http 127.0.0.1:8080] [--addr 127.0.0.1:0] [--shards 64] [--worker=false]
+      Run an embedded in-memory Redis, a dispatcher, a demo worker (on every queue) and the
+      HTTP API (no auth) in one process. --demo also creates sample jobs; every attempt
+      prints a line.
   tock server --redis host:port[,host:port...] [--http 127.0.0.1:8080] [--token secret:scope]...
       Run the HTTP API and a dispatcher against Redis or Redis Cluster; --roles api or
       --roles dispatcher runs one of them.
@@ -109,157 +103,6 @@ func run(ctx context.Context, args []string, c *cli) error {
 	return &usageError{cmd: "tock", err: fmt.Errorf("unknown command %q", args[0]), usage: usage}
 }
 
-type devOptions struct {
-	demo   bool
-	addr   string
-	http   string
-	shards int
-	// started, when set, is called with the API's address once everything runs (tests).
-	started func(apiAddr string)
-}
-
-var devHelp = commandHelp{"tock dev [flags]",
-	"Run an embedded in-memory Redis (miniredis), a dispatcher, a demo worker and the HTTP API " +
-		"(no auth) in one process, until Ctrl-C. Nothing is kept when it stops. --demo also creates " +
-		"sample jobs; every firing prints a line."}
-
-func runDev(ctx context.Context, args []string, c *cli) error {
-	fs := newFlagSet("tock dev")
-	var o devOptions
-	fs.BoolVar(&o.demo, "demo", false, "create sample jobs and print one line per firing")
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "`address` of the embedded Redis (port 0 picks a free one)")
-	fs.StringVar(&o.http, "http", "127.0.0.1:8080", "`address` of the HTTP API (no auth; port 0 picks a free one; \"\" for none)")
-	fs.IntVar(&o.shards, "shards", shard.DefaultShards, "shard `count`")
-	if err := fs.Parse(args); err != nil {
-		return flagParseError(err, c.out, devHelp, fs)
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("tock dev", "dev: unexpected argument %q", fs.Arg(0))
-	}
-	return dev(ctx, o, c.out)
-}
-
-func dev(ctx context.Context, o devOptions, out io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	mr := miniredis.NewMiniRedis()
-	if err := mr.StartAddr(o.addr); err != nil {
-		return fmt.Errorf("dev: start embedded redis on %s: %w", o.addr, err)
-	}
-	defer mr.Close()
-	// miniredis expires keys only when told that time passed. The clock runs until
-	// the embedded Redis closes, through the shutdown (lease and run deadlines keep
-	// expiring while the components stop), not only until the signal.
-	clockDone := make(chan struct{})
-	clockCtx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		defer close(clockDone)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-clockCtx.Done():
-				return
-			case now := <-tick.C:
-				mr.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	defer func() { stopClock(); <-clockDone }()
-
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: []string{mr.Addr()}, DisableCache: true, ForceSingleClient: true,
-		AlwaysRESP2: true, // miniredis needs pub/sub on its own connection
-	})
-	if err != nil {
-		return fmt.Errorf("dev: connect to embedded redis: %w", err)
-	}
-	defer rc.Close()
-	client, err := tock.New(ctx, rc, shard.Config{Shards: o.shards})
-	if err != nil {
-		return err
-	}
-
-	metrics, err := prom.New(prom.Config{Logger: logger})
-	if err != nil {
-		return err
-	}
-	if err := metrics.QueueDepths(context.WithoutCancel(ctx), client.Store().Queues); err != nil {
-		return err
-	}
-	d, err := dispatcher.New(dispatcher.Config{Store: client.Store(), Name: "dev", Logger: logger, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	w, err := worker.New(worker.Config{
-		Store: client.Store(), Concurrency: 10, Logger: logger, Metrics: metrics,
-		ObserveFunc: func(r worker.Result) { printRun(out, r) },
-	})
-	if err != nil {
-		return err
-	}
-	registerDemoHandlers(w)
-	var api *ingest.Server
-	if o.http != "" {
-		api, err = ingest.New(ingest.Config{Store: client.Store(), Addr: o.http, Logger: logger,
-			MetricsHandler: metrics.Handler(), Metrics: metrics})
-		if err != nil {
-			return err
-		}
-	}
-	// The embedded Redis is closed by the deferred calls, after the components stopped.
-	// The components run on a context that the signal does not cancel: the shutdown
-	// sequence stops them one by one, each with its grace period.
-	var r running
-	runCtx := context.WithoutCancel(ctx)
-	if err := d.Start(runCtx); err != nil {
-		return err
-	}
-	r.d = d
-	if err := w.Start(runCtx); err != nil {
-		return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
-	}
-	r.w = w
-	if api != nil {
-		if err := api.Start(runCtx); err != nil {
-			err = fmt.Errorf("dev: HTTP API on %s: %w (choose another address with --http, e.g. --http 127.0.0.1:0)", o.http, err)
-			return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
-		}
-		r.api = api
-	}
-	fmt.Fprintf(out, "tock dev: embedded Redis at %s, %d shards; dispatcher %q and a worker are running (Ctrl-C stops)\n",
-		mr.Addr(), o.shards, d.Name())
-	fmt.Fprintf(out, "tock dev: connect with tock.Connect(ctx, tock.Options{Addrs: []string{%q}})\n", mr.Addr())
-	apiAddr := ""
-	if api != nil {
-		apiAddr = api.Addr()
-		u := "http://" + apiAddr
-		fmt.Fprintf(out, "tock dev: HTTP API at %s (no auth); the worker runs jobs of type \"echo\". Try:\n", u)
-		fmt.Fprintf(out, "  curl -s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"type\":\"echo\",\"payload\":{\"hello\":\"world\"},\"schedule\":{\"delay\":\"5s\"}}'\n", u)
-		fmt.Fprintf(out, "  curl -s %s/v1/queues\n", u)
-		fmt.Fprintf(out, "  curl -s %s/metrics\n", u)
-		if u != defaultAPI {
-			fmt.Fprintf(out, "  TOCK_API=%s tock jobs ls\n", u)
-		} else {
-			fmt.Fprintf(out, "  tock jobs ls\n")
-		}
-	}
-	if o.demo {
-		if err := createDemoJobs(ctx, client, out); err != nil {
-			return errors.Join(err, r.stop(ctx, logger, devStepTimeout))
-		}
-	}
-	if o.started != nil {
-		o.started(apiAddr)
-	}
-	<-ctx.Done()
-
-	fmt.Fprintln(out, "tock dev: shutting down")
-	return r.stop(ctx, logger, devStepTimeout)
-}
-
 // devStepTimeout bounds each step of tock dev's shutdown.
 const devStepTimeout = 10 * time.Second
 
@@ -270,7 +113,7 @@ const devStepTimeout = 10 * time.Second
 type running struct {
 	api       *ingest.Server
 	d         *dispatcher.Dispatcher
-	w         *worker.Worker
+	workers   func(context.Context) error // stops the workers
 	snapshots func(context.Context) error // stops periodic snapshots
 	metrics   func(context.Context) error // stops the metrics endpoint
 	redis     rueidis.Client
@@ -291,8 +134,8 @@ func (r *running) stop(ctx context.Context, logger *slog.Logger, timeout time.Du
 	if r.d != nil {
 		steps = append(steps, step{"dispatcher", r.d.Stop})
 	}
-	if r.w != nil {
-		steps = append(steps, step{"workers", r.w.Stop})
+	if r.workers != nil {
+		steps = append(steps, step{"workers", r.workers})
 	}
 	if r.snapshots != nil {
 		steps = append(steps, step{"snapshots", r.snapshots})
@@ -322,57 +165,4 @@ func (r *running) stop(ctx context.Context, logger *slog.Logger, timeout time.Du
 		logger.InfoContext(base, "stopped", "component", s.name, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return errors.Join(errs...)
-}
-
-func registerDemoHandlers(w *worker.Worker) {
-	w.HandleFunc("demo.hello", func(ctx context.Context, r *worker.Run) error { return nil })
-	w.HandleFunc("demo.flaky", func(ctx context.Context, r *worker.Run) error {
-		if r.Attempt < 3 {
-			return fmt.Errorf("flaky: attempt %d fails on purpose", r.Attempt)
-		}
-		return nil
-	})
-	w.HandleFunc("demo.doomed", func(ctx context.Context, r *worker.Run) error {
-		return fmt.Errorf("doomed: attempt %d fails on purpose", r.Attempt)
-	})
-	w.HandleFunc("echo", func(ctx context.Context, r *worker.Run) error { return nil })
-}
-
-func createDemoJobs(ctx context.Context, c *tock.Client, out io.Writer) error {
-	fast := job.RetryPolicy{MaxAttempts: 3, InitialBackoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second}
-	jobs := []*job.Job{
-		{ID: "demo-once", Type: "demo.hello", Payload: []byte("hello"), Schedule: job.Schedule{Delay: 3 * time.Second}},
-		{ID: "demo-cron", Type: "demo.hello", Schedule: job.Schedule{Cron: "*/5 * * * * *", TimeZone: "UTC"}},
-		{ID: "demo-flaky", Type: "demo.flaky", Retry: fast, Schedule: job.Schedule{Delay: time.Second}},
-		{ID: "demo-doomed", Type: "demo.doomed", Retry: fast, Schedule: job.Schedule{Delay: 2 * time.Second}},
-	}
-	res, err := c.CreateMany(ctx, jobs)
-	if err != nil {
-		return fmt.Errorf("dev: create demo jobs: %w", err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			return fmt.Errorf("dev: create demo job %s: %w", r.ID, r.Err)
-		}
-		next := "now"
-		if !r.NextRunAt.IsZero() {
-			next = r.NextRunAt.Format("15:04:05.000")
-		}
-		fmt.Fprintf(out, "created  job=%-12s shard=%-3d state=%-9s next=%s\n", r.ID, r.Shard, r.State, next)
-	}
-	return nil
-}
-
-func printRun(out io.Writer, r worker.Result) {
-	late := r.Run.StartedAt.Sub(r.Run.Due).Milliseconds()
-	outcome := string(r.Outcome)
-	if r.Outcome == worker.OutcomeFailed && r.Run.Attempt >= r.Run.MaxAttempts {
-		outcome = "dead"
-	}
-	line := fmt.Sprintf("fired    job=%-12s due=%s lateness=%dms attempt=%d/%d outcome=%s",
-		r.Run.JobID, r.Run.Due.Format("15:04:05.000"), late, r.Run.Attempt, r.Run.MaxAttempts, outcome)
-	if r.Err != nil {
-		line += fmt.Sprintf(" error=%q", r.Err.Error())
-	}
-	fmt.Fprintln(out, line)
 }
