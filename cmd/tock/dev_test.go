@@ -18,13 +18,21 @@ import (
 // startDev runs tock dev on free ports until the test ends and returns the API's URL.
 func startDev(t *testing.T) (string, *syncBuffer) {
 	t.Helper()
+	return startDevWith(t, devOptions{})
+}
+
+// startDevWith runs tock dev with the options o (on free ports, 4 shards) until the test
+// ends and returns the API's URL.
+func startDevWith(t *testing.T, o devOptions) (string, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
+	o.addr, o.http, o.shards = "127.0.0.1:0", "127.0.0.1:0", 4
+	o.started = func(a string) { addr <- a }
 	go func() {
-		done <- dev(ctx, devOptions{addr: "127.0.0.1:0", http: "127.0.0.1:0", shards: 4,
-			started: func(a string) { addr <- a }}, &out)
+		done <- dev(ctx, o, &out)
 	}()
 	var u string
 	select {

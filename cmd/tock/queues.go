@@ -153,8 +153,8 @@ func (a *apiCmd) printQueues(qs []ingest.Queue, figs, prev map[string]*workerFig
 		if f := figs[q.Name]; f != nil {
 			have = true
 			processed, failed = strconv.FormatFloat(f.processed, 'f', 0, 64), strconv.FormatFloat(f.failed, 'f', 0, 64)
-			if p99, ok := f.since(prev[q.Name]).quantile(0.99); ok {
-				late = lateText(p99)
+			if p99 := f.since(prev[q.Name]).quantile(0.99); p99 != "" {
+				late = p99
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\n", q.Name, paused, q.Scheduled, q.Ready, q.InFlight,
@@ -216,29 +216,29 @@ func (f *workerFigures) since(prev *workerFigures) *workerFigures {
 }
 
 // quantile estimates the q-quantile of the histogram as Prometheus' histogram_quantile
-// does: linearly within the bucket that holds it. ok is false without observations; a
-// quantile beyond the last finite bound is that bound.
-func (f *workerFigures) quantile(q float64) (d time.Duration, ok bool) {
+// does: linearly within the bucket that holds it. It returns "" without observations,
+// and ">" and the last finite bound for a quantile beyond it.
+func (f *workerFigures) quantile(q float64) string {
 	n := len(f.buckets)
 	if n == 0 || f.buckets[n-1].count == 0 {
-		return 0, false
+		return ""
 	}
 	rank := q * f.buckets[n-1].count
 	prevLe, prevCount := 0.0, 0.0
 	for _, b := range f.buckets {
 		if b.count >= rank {
 			if math.IsInf(b.le, 1) {
-				return time.Duration(prevLe * float64(time.Second)), true
+				break
 			}
 			v := b.le
 			if b.count > prevCount {
 				v = prevLe + (b.le-prevLe)*(rank-prevCount)/(b.count-prevCount)
 			}
-			return time.Duration(v * float64(time.Second)), true
+			return lateText(time.Duration(v * float64(time.Second)))
 		}
 		prevLe, prevCount = b.le, b.count
 	}
-	return time.Duration(prevLe * float64(time.Second)), true
+	return ">" + lateText(time.Duration(prevLe*float64(time.Second)))
 }
 
 // workerFigures reads the API's GET /metrics for the figures of the workers in its
