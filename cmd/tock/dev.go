@@ -154,7 +154,7 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 		mr.Addr(), o.shards, d.Name(), who)
 	if o.noWorker {
 		fmt.Fprintf(out, "tock dev: no worker runs (--worker=false): start your own on the embedded Redis, such as\n"+
-			"  go run ./examples/worker --redis %s --shards %d\n", mr.Addr(), o.shards)
+			"  go run ./examples/worker --redis %s\n", mr.Addr())
 	} else {
 		fmt.Fprintf(out, "tock dev: the demo worker runs jobs of types %s, in every queue (a new queue within %s).\n",
 			strings.Join(demoTypes, ", "), devQueuePoll)

@@ -254,6 +254,7 @@ func (a *apiCmd) workerFigures(ctx context.Context) map[string]*workerFigures {
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
+	req.Close = true // no idle connection stays behind (one read per redraw at most)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil

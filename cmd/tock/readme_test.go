@@ -341,6 +341,7 @@ func curl(args []string) (string, error) {
 		return "", err
 	}
 	req.Header = hdr
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", err
