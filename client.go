@@ -56,7 +56,8 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Client creates and manages jobs. It is safe for concurrent use.
+// Client creates and manages jobs. It is safe for concurrent use. Every method that
+// talks to Redis takes a ctx that bounds it.
 type Client struct {
 	store *shard.Store
 	owned bool
@@ -73,7 +74,8 @@ func New(ctx context.Context, rc rueidis.Client, cfg shard.Config) (*Client, err
 	return &Client{store: s}, nil
 }
 
-// Store returns the underlying store, to build dispatchers and workers on.
+// Store returns the underlying store, to build dispatchers and workers on. The Client's
+// methods cover creating and managing jobs; the store has the rest.
 func (c *Client) Store() *shard.Store { return c.store }
 
 // Close closes the Redis client if Connect opened it.
@@ -83,12 +85,15 @@ func (c *Client) Close() {
 	}
 }
 
-// Create stores a job and files its first run. j is normalised in place (defaults, a
-// generated id). A job whose id exists is not stored again: the result describes the
-// existing job with Created false (and Conflict true if its definition differs). An
-// invalid job returns a *job.FieldError naming the field.
+// Create stores a job and files its first run. j is not modified: defaults and a
+// generated id are applied to a copy, so a create retried with the same *job.Job (after
+// a timeout, say) returns the existing job. A job whose id exists is not stored again:
+// the result describes the existing job with Created false (and Conflict true if its
+// definition differs). A job without an id gets a new one each time; the result's ID
+// names it. An invalid job returns a *job.FieldError naming the field. The error is the
+// Redis error, if any, else the job's own; ctx bounds the round trips.
 func (c *Client) Create(ctx context.Context, j *job.Job) (shard.CreateResult, error) {
-	res, err := c.store.Create(ctx, []*job.Job{j})
+	res, err := c.store.Create(ctx, []*job.Job{cloneJob(j)})
 	if err != nil {
 		return res[0], err
 	}
@@ -96,17 +101,38 @@ func (c *Client) Create(ctx context.Context, j *job.Job) (shard.CreateResult, er
 }
 
 // CreateMany stores many jobs in one pipeline (grouped by shard). Results are in the
-// order of jobs, each with its own Err; the error is the first Redis error.
+// order of jobs, each with its own Err; the error is the first Redis error. The jobs are
+// not modified (see Create).
 func (c *Client) CreateMany(ctx context.Context, jobs []*job.Job) ([]shard.CreateResult, error) {
-	return c.store.Create(ctx, jobs)
+	copies := make([]*job.Job, len(jobs))
+	for i, j := range jobs {
+		copies[i] = cloneJob(j)
+	}
+	return c.store.Create(ctx, copies)
 }
 
-// Get returns a job and its state, or ErrNotFound.
+// cloneJob returns a copy of j that normalising cannot change j through: the priority is
+// copied, not shared. The payload is shared: nothing writes to it.
+func cloneJob(j *job.Job) *job.Job {
+	if j == nil {
+		return nil
+	}
+	cp := *j
+	if j.Priority != nil {
+		p := *j.Priority
+		cp.Priority = &p
+	}
+	return &cp
+}
+
+// Get returns a job and its state (its next run, active runs, definition), or
+// ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (*shard.Info, error) {
 	return c.store.Get(ctx, id)
 }
 
-// Runs returns the job's recent runs, newest first.
+// Runs returns the job's recent runs, newest first (at most shard.Config.History), or
+// ErrNotFound.
 func (c *Client) Runs(ctx context.Context, id string) ([]job.Run, error) {
 	return c.store.Runs(ctx, id)
 }
@@ -117,12 +143,13 @@ func (c *Client) Cancel(ctx context.Context, id string) (state job.State, change
 	return c.store.Cancel(ctx, id)
 }
 
-// Pause stops a job from starting runs until Resume.
+// Pause stops a job from starting runs until Resume. changed is false when it was
+// paused already.
 func (c *Client) Pause(ctx context.Context, id string) (state job.State, changed bool, err error) {
 	return c.store.Pause(ctx, id)
 }
 
-// Resume undoes Pause.
+// Resume undoes Pause. changed is false when the job was not paused.
 func (c *Client) Resume(ctx context.Context, id string) (state job.State, changed bool, err error) {
 	return c.store.Resume(ctx, id)
 }
@@ -130,4 +157,62 @@ func (c *Client) Resume(ctx context.Context, id string) (state job.State, change
 // Trigger fires a job now, outside its schedule, and returns the new run's id.
 func (c *Client) Trigger(ctx context.Context, id string) (runID string, err error) {
 	return c.store.Trigger(ctx, id)
+}
+
+// List pages through the namespace's jobs, filtered by queue and state (empty fields
+// of f match every job). Follow Page.Next until it is empty: a page may hold a few more
+// jobs than f.Limit, or fewer, even none, while Next is not empty. A job that exists
+// throughout the listing is returned at least once. A bad filter or cursor is a
+// *job.FieldError naming it.
+func (c *Client) List(ctx context.Context, f shard.ListFilter) (shard.Page, error) {
+	return c.store.List(ctx, f)
+}
+
+// Update changes the parts of job id's definition that u sets (schedule, payload,
+// priority, retry policy) and returns the job as stored afterwards; u is not modified.
+// A changed schedule moves the job's next run; a run already ready, running or waiting
+// for a retry keeps its time. A one-time job cannot become recurring or the other way
+// round. Errors: ErrNotFound, a *job.FieldError naming the field at fault, a
+// *shard.StateError when the job's state does not allow the change.
+func (c *Client) Update(ctx context.Context, id string, u shard.Update) (*shard.Info, error) {
+	return c.store.Update(ctx, id, u)
+}
+
+// Dead pages through the dead-letter set: the runs that failed their last attempt,
+// oldest death first within a shard; queue "" means every queue. limit is the page size
+// (0: 100, at most 1000); pass next back as cursor until it is empty. DeadRun.Member
+// names the run for RequeueDead and DeleteDead.
+func (c *Client) Dead(ctx context.Context, queue string, limit int, cursor string) (runs []shard.DeadRun, next string, err error) {
+	return c.store.Dead(ctx, queue, limit, cursor)
+}
+
+// RequeueDead gives the dead run member ("<job id>:<due ms>", DeadRun.Member) a fresh
+// set of attempts and makes it ready again. ErrNotFound when it is not in the
+// dead-letter set; a *shard.StateError when its job was cancelled or completed since.
+func (c *Client) RequeueDead(ctx context.Context, member string) error {
+	return c.store.RequeueDead(ctx, member)
+}
+
+// DeleteDead removes the dead run member from the dead-letter set for good. ErrNotFound
+// when it is not there.
+func (c *Client) DeleteDead(ctx context.Context, member string) error {
+	return c.store.DeleteDead(ctx, member)
+}
+
+// Queues returns the figures of every queue that ever held a run, and of paused queues,
+// sorted by name: runs scheduled, ready, in flight and dead, and runs fired so far.
+func (c *Client) Queues(ctx context.Context) ([]shard.QueueStats, error) {
+	return c.store.Queues(ctx)
+}
+
+// PauseQueue stops workers from claiming from queue until ResumeQueue; its runs still
+// fire into its ready sets. changed is false when it was paused already. A bad queue
+// name is a *job.FieldError.
+func (c *Client) PauseQueue(ctx context.Context, queue string) (changed bool, err error) {
+	return c.store.PauseQueue(ctx, queue)
+}
+
+// ResumeQueue undoes PauseQueue. changed is false when the queue was not paused.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) (changed bool, err error) {
+	return c.store.ResumeQueue(ctx, queue)
 }

@@ -601,6 +601,7 @@ func wireInfo(info *shard.Info) Job {
 	w.Shard = int(info.Shard)
 	w.State = string(info.State)
 	w.NextRunAt = timePtr(info.NextRunAt)
+	w.RetryAt = timePtr(info.RetryAt)
 	w.CreatedAt = timePtr(info.CreatedAt)
 	w.ActiveRuns = info.ActiveRuns
 	w.ExpiresAt = timePtr(info.Expires)

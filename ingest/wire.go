@@ -73,6 +73,7 @@ type Job struct {
 	Shard         int             `json:"shard"`
 	State         string          `json:"state"`
 	NextRunAt     *time.Time      `json:"next_run_at,omitempty"`
+	RetryAt       *time.Time      `json:"retry_at,omitempty"` // when the earliest run waiting for a retry is due again
 	CreatedAt     *time.Time      `json:"created_at,omitempty"`
 	ActiveRuns    int             `json:"active_runs"`
 	ExpiresAt     *time.Time      `json:"expires_at,omitempty"`

@@ -295,6 +295,9 @@ type Info struct {
 	CreatedAt time.Time
 	// ActiveRuns counts runs that are ready, running, waiting for a retry or parked.
 	ActiveRuns int
+	// RetryAt is when the earliest of the job's runs that waits for a retry (or a
+	// snooze) is due again; zero when none waits.
+	RetryAt time.Time
 	// Expires is when a finished job will be removed (zero when it is kept).
 	Expires time.Time
 }
@@ -347,6 +350,15 @@ func infoOf(jobID string, id ID, m map[string]string, exp int64) *Info {
 	info.Shard = id
 	if exp > 0 {
 		info.Expires = time.UnixMilli(exp)
+	}
+	// A run waiting for a retry: "retrying|att|dl|tok|wk|sa|ra|er", ra its due time
+	// (common.lua run_pack).
+	for _, due := range strings.Split(strings.Trim(m["rl"], ","), ",") {
+		if f := strings.SplitN(m["r"+due], "|", 8); len(f) == 8 && f[0] == "retrying" {
+			if ra, err := strconv.ParseInt(f[6], 10, 64); err == nil && (info.RetryAt.IsZero() || ra < info.RetryAt.UnixMilli()) {
+				info.RetryAt = time.UnixMilli(ra)
+			}
+		}
 	}
 	// A one-time job stays 'ready' in Redis while its run runs; its run field tells.
 	if info.State == job.StateReady && !info.Schedule.IsRecurring() {

@@ -78,7 +78,10 @@ func (w *twins) same(ids ...string) {
 		require.WithinDuration(t, want.Expires, got.Expires, time.Second, id)
 		require.Equal(t, want.NextRunAt.IsZero(), got.NextRunAt.IsZero(), id)
 		require.Equal(t, want.Expires.IsZero(), got.Expires.IsZero(), id)
-		got.CreatedAt, got.NextRunAt, got.Expires = want.CreatedAt, want.NextRunAt, want.Expires
+		// A retry's time has jitter: within the spread of a 1s backoff.
+		require.WithinDuration(t, want.RetryAt, got.RetryAt, time.Second, id)
+		require.Equal(t, want.RetryAt.IsZero(), got.RetryAt.IsZero(), id)
+		got.CreatedAt, got.NextRunAt, got.Expires, got.RetryAt = want.CreatedAt, want.NextRunAt, want.Expires, want.RetryAt
 		require.Equal(t, want, got, id)
 
 		wantRuns, err := w.hashed.Runs(ctx, id)

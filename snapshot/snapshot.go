@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -111,11 +113,23 @@ func splitID(id string) (ns string, t time.Time, ok bool) {
 // for S3 or an S3-compatible store, with the query parameters of gocloud.dev/blob/s3blob
 // (endpoint=http://127.0.0.1:9000&use_path_style=true for MinIO; credentials from the
 // usual AWS environment variables and files). A path without a scheme means a local
-// directory. For local directories the directory is created when missing and no
-// attribute sidecar files are written, unless the URL says otherwise (create_dir,
-// metadata). Any URL may add prefix=some/folder/ to keep snapshots under a folder. The
-// caller closes the bucket.
+// directory. For local directories the directory is created when missing (see
+// OpenExistingBucket for reading) and no attribute sidecar files are written, unless the
+// URL says otherwise (create_dir, metadata). Any URL may add prefix=some/folder/ to keep
+// snapshots under a folder. The caller closes the bucket.
 func OpenBucket(ctx context.Context, location string) (*blob.Bucket, error) {
+	return openBucket(ctx, location, true)
+}
+
+// OpenExistingBucket opens a location to read snapshots from, as OpenBucket does, but
+// never creates a local directory: one that does not exist is an error that wraps
+// ErrNotFound and names it. Listing, verifying and restoring use it, so that a mistyped
+// location is reported rather than created empty. The caller closes the bucket.
+func OpenExistingBucket(ctx context.Context, location string) (*blob.Bucket, error) {
+	return openBucket(ctx, location, false)
+}
+
+func openBucket(ctx context.Context, location string, create bool) (*blob.Bucket, error) {
 	if location == "" {
 		return nil, errors.New("snapshot location: empty: want a directory, file:///dir or s3://bucket")
 	}
@@ -129,7 +143,19 @@ func OpenBucket(ctx context.Context, location string) (*blob.Bucket, error) {
 	}
 	if u.Scheme == "file" {
 		q := u.Query()
-		if !q.Has("create_dir") {
+		if !create {
+			dir := filepath.FromSlash(u.Path)
+			fi, err := os.Stat(dir)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return nil, fmt.Errorf("snapshot location %q: directory %s does not exist: %w", location, dir, ErrNotFound)
+			case err != nil:
+				return nil, fmt.Errorf("snapshot location %q: %w", location, err)
+			case !fi.IsDir():
+				return nil, fmt.Errorf("snapshot location %q: %s is not a directory", location, dir)
+			}
+			q.Del("create_dir")
+		} else if !q.Has("create_dir") {
 			q.Set("create_dir", "true")
 		}
 		if !q.Has("metadata") {

@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -84,4 +85,32 @@ func queueFigures(t *testing.T, st *shard.Store) map[string]shard.QueueStats {
 		out[q.Queue] = q
 	}
 	return out
+}
+
+// OpenExistingBucket reads a location without creating it: a missing directory is an
+// error that names it, and is still missing afterwards.
+func TestOpenExistingBucket(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	parent := t.TempDir()
+	for _, loc := range []string{parent + "/missing", "file://" + parent + "/missing2"} {
+		_, err := snapshot.OpenExistingBucket(ctx, loc)
+		require.ErrorContains(t, err, "does not exist", loc)
+		require.ErrorIs(t, err, snapshot.ErrNotFound)
+	}
+	entries, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing may be created")
+
+	bk, err := snapshot.OpenExistingBucket(ctx, parent)
+	require.NoError(t, err)
+	infos, err := snapshot.List(ctx, bk, "")
+	require.NoError(t, err)
+	require.Empty(t, infos)
+	require.NoError(t, bk.Close())
+	// A file is no directory.
+	file := parent + "/file"
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err = snapshot.OpenExistingBucket(ctx, file)
+	require.ErrorContains(t, err, "not a directory")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,7 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -39,12 +42,6 @@ const deadUsage = `Usage:
   tock dead ls [--queue Q] [--limit N] [--cursor C] [--all]
   tock dead requeue RUN...     (RUN is "<job id>:<due ms>", as dead ls prints it)
   tock dead rm RUN...
-API flags: --api URL (env TOCK_API, default ` + defaultAPI + `), --token T (env TOCK_TOKEN), --json
-`
-
-const queuesUsage = `Usage:
-  tock queues [--watch] [--interval 2s]
-  tock queues pause|resume QUEUE...
 API flags: --api URL (env TOCK_API, default ` + defaultAPI + `), --token T (env TOCK_TOKEN), --json
 `
 
@@ -88,36 +85,81 @@ type apiCmd struct {
 	client *ingest.Client
 }
 
+// apiHelp is the help of each management command, by its name after "tock ".
+var apiHelp = map[string]commandHelp{
+	"jobs create": {"tock jobs create --type TYPE SCHEDULE [flags] | --file FILE",
+		"Create a job through the API. SCHEDULE is one of --at, --delay, --now or --cron (with --tz). " +
+			"--file reads a JobRequest (JSON), or an array of them sent as one batch; - reads stdin. The " +
+			"id is the idempotency key: the same definition again prints exists, another one fails with " +
+			"409 conflict."},
+	"jobs get": {"tock jobs get ID [flags]",
+		"Print a job: its definition, state, next run (or next attempt, while a retry waits) and shard."},
+	"jobs ls": {"tock jobs ls [flags]",
+		"List jobs, a page at a time (--all follows the cursors), with their state and next run."},
+	"jobs patch": {"tock jobs patch ID [flags]",
+		"Change a job's payload, schedule, priority or retry policy: the flags given."},
+	"jobs cancel":  {"tock jobs cancel ID... [flags]", "Cancel jobs; a running handler's context is cancelled."},
+	"jobs pause":   {"tock jobs pause ID... [flags]", "Pause jobs: no run starts until they are resumed."},
+	"jobs resume":  {"tock jobs resume ID... [flags]", "Resume paused jobs."},
+	"jobs trigger": {"tock jobs trigger ID... [flags]", "Fire jobs now, outside their schedule, and print the runs."},
+	"jobs runs": {"tock jobs runs ID [flags]",
+		"Print a job's last runs: due time, start, duration, worker, attempt, outcome and error."},
+	"dead ls": {"tock dead ls [flags]",
+		"List the dead-letter set: runs that failed their last attempt, a page at a time."},
+	"dead requeue": {"tock dead requeue RUN... [flags]",
+		"Give dead runs a fresh set of attempts and make them ready again. RUN is " +
+			"<job id>:<due ms>, as tock dead ls prints it."},
+	"dead rm": {"tock dead rm RUN... [flags]", "Delete dead runs for good. RUN is as for tock dead requeue."},
+	"queues": {"tock queues [--watch] [flags]",
+		"Print each queue's figures: paused or not, runs scheduled, ready, in flight and dead, runs fired " +
+			"and fired per second; with workers in the API's process (tock dev), also runs processed and " +
+			"failed and their lateness. --watch redraws every --interval until Ctrl-C, and keeps trying " +
+			"while the API cannot be reached."},
+	"queues pause":  {"tock queues pause QUEUE... [flags]", "Stop workers from claiming from queues (runs still fire)."},
+	"queues resume": {"tock queues resume QUEUE... [flags]", "Let workers claim from paused queues again."},
+}
+
 func (c *cli) newAPICmd(name string) *apiCmd {
-	a := &apiCmd{cli: c, fs: flag.NewFlagSet("tock "+name, flag.ContinueOnError)}
-	a.fs.SetOutput(c.errOut)
-	api := c.getenv("TOCK_API")
-	if api == "" {
-		api = defaultAPI
-	}
-	a.fs.StringVar(&a.api, "api", api, "API base URL (env TOCK_API)")
-	a.fs.StringVar(&a.token, "token", c.getenv("TOCK_TOKEN"), "bearer token (env TOCK_TOKEN)")
+	a := &apiCmd{cli: c, fs: newFlagSet("tock " + name)}
+	// The defaults from the environment are applied after parsing, so that --help does
+	// not print them (a token is a secret).
+	a.fs.StringVar(&a.api, "api", "", "API base `URL` (env TOCK_API, default "+defaultAPI+")")
+	a.fs.StringVar(&a.token, "token", "", "bearer `token` (env TOCK_TOKEN)")
 	a.fs.BoolVar(&a.asJSON, "json", false, "print the API's JSON reply instead of a table")
 	return a
 }
 
+// usageErrorf returns a *usageError of the command.
+func (a *apiCmd) usageErrorf(format string, args ...any) error {
+	return usageErrorf(a.fs.Name(), "%s: "+format, append([]any{strings.TrimPrefix(a.fs.Name(), "tock ")}, args...)...)
+}
+
 // parse parses flags and positional arguments in any order, then builds the client.
 // nargs is the number of positional arguments wanted: n ≥ 0 exactly, -1 at least one.
+// For --help it prints the command's help and returns flag.ErrHelp; a bad command line
+// is a *usageError.
 func (a *apiCmd) parse(args []string, nargs int, what string) error {
 	pos, err := parseInterspersed(a.fs, args)
 	if err != nil {
-		return err
+		name := strings.TrimPrefix(a.fs.Name(), "tock ")
+		return flagParseError(err, a.out, apiHelp[name], a.fs)
 	}
 	switch {
 	case nargs >= 0 && len(pos) > nargs:
-		return fmt.Errorf("%s: unexpected argument %q", a.fs.Name(), pos[nargs])
+		return a.usageErrorf("unexpected argument %q", pos[nargs])
 	case nargs > 0 && len(pos) < nargs, nargs < 0 && len(pos) == 0:
-		return fmt.Errorf("%s: %s is required", a.fs.Name(), what)
+		return a.usageErrorf("%s is required", what)
 	}
 	a.args = pos
+	if a.api == "" {
+		a.api = cmp.Or(a.getenv("TOCK_API"), defaultAPI)
+	}
+	if a.token == "" {
+		a.token = a.getenv("TOCK_TOKEN")
+	}
 	a.client, err = ingest.NewClient(a.api, a.token)
 	if err != nil {
-		return fmt.Errorf("%s: --api: %w", a.fs.Name(), err)
+		return usageErrorf(a.fs.Name(), "%s: --api: %w", strings.TrimPrefix(a.fs.Name(), "tock "), err)
 	}
 	return nil
 }
@@ -164,12 +206,32 @@ func (a *apiCmd) table() *tabwriter.Writer {
 	return tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 }
 
-func runJobs(ctx context.Context, c *cli, args []string) error {
-	if len(args) == 0 || isHelp(args[0]) {
-		fmt.Fprint(c.errOut, jobsUsage)
-		return flag.ErrHelp
+// jobsAliases maps other names of the jobs and dead commands to theirs.
+var jobsAliases = map[string]string{"list": "ls", "update": "patch", "delete": "rm"}
+
+// subcommand returns the command args[0] of group ("jobs") and its arguments, or an
+// error: flag.ErrHelp once groupUsage is printed for --help, a *usageError when args
+// names no command of subs.
+func subcommand(c *cli, group, groupUsage string, args []string, subs ...string) (string, []string, error) {
+	switch {
+	case len(args) == 0:
+		return "", nil, &usageError{cmd: "tock " + group, err: fmt.Errorf("%s: a command is required", group), usage: groupUsage}
+	case isHelp(args[0]):
+		fmt.Fprint(c.out, groupUsage)
+		return "", nil, flag.ErrHelp
 	}
-	sub, args := args[0], args[1:]
+	sub := cmp.Or(jobsAliases[args[0]], args[0])
+	if !slices.Contains(subs, sub) {
+		return "", nil, usageErrorf("tock "+group, "%s: unknown command %q", group, args[0])
+	}
+	return sub, args[1:], nil
+}
+
+func runJobs(ctx context.Context, c *cli, args []string) error {
+	sub, args, err := subcommand(c, "jobs", jobsUsage, args, "create", "get", "ls", "patch", "cancel", "pause", "resume", "trigger", "runs")
+	if err != nil {
+		return err
+	}
 	a := c.newAPICmd("jobs " + sub)
 	defer a.close()
 	switch sub {
@@ -186,10 +248,10 @@ func runJobs(ctx context.Context, c *cli, args []string) error {
 		if a.asJSON {
 			return a.printJSON(j)
 		}
-		return a.printJob(j)
-	case "ls", "list":
+		return a.printJob(j, a.nextAttempt(ctx, j))
+	case "ls":
 		return a.jobsList(ctx, args)
-	case "patch", "update":
+	case "patch":
 		return a.jobsPatch(ctx, args)
 	case "cancel", "pause", "resume":
 		if err := a.parse(args, -1, "a job id"); err != nil {
@@ -225,10 +287,8 @@ func runJobs(ctx context.Context, c *cli, args []string) error {
 			return a.printJSON(rl)
 		}
 		return a.printRuns(rl.Runs)
-	default:
-		fmt.Fprint(c.errOut, jobsUsage)
-		return fmt.Errorf("jobs: unknown command %q", sub)
 	}
+	return nil
 }
 
 func (a *apiCmd) flushTrigger(rs []ingest.TriggerReply) error {
@@ -380,6 +440,13 @@ func (f *jobFlags) retry() *ingest.Retry {
 	return &ingest.Retry{MaxAttempts: f.maxAttempts, InitialBackoff: f.initialBackoff, MaxBackoff: f.maxBackoff}
 }
 
+// checkDurations refuses durations too long for a duration (see checkDurationFlags).
+func (f *jobFlags) checkDurations() error {
+	return checkDurationFlags(map[string]string{"delay": f.delay, "timeout": f.timeout, "visibility": f.visibility,
+		"initial-backoff": f.initialBackoff, "max-backoff": f.maxBackoff, "misfire-after": f.misfireAfter},
+		"delay", "timeout", "visibility", "initial-backoff", "max-backoff", "misfire-after")
+}
+
 func (f *jobFlags) request(in io.Reader) (ingest.JobRequest, error) {
 	req := ingest.JobRequest{ID: f.id, Queue: f.queue, Type: f.typ, Timeout: f.timeout, Visibility: f.visibility,
 		Overlap: f.overlap, Misfire: f.misfire, MisfireAfter: f.misfireAfter, Retry: f.retry()}
@@ -389,6 +456,9 @@ func (f *jobFlags) request(in io.Reader) (ingest.JobRequest, error) {
 	s, ok := f.schedule()
 	if !ok {
 		return req, errors.New("a schedule is required: --at, --delay, --now or --cron")
+	}
+	if err := f.checkDurations(); err != nil {
+		return req, err
 	}
 	req.Schedule = s
 	p, b64, err := f.payloadFields(in)
@@ -403,6 +473,15 @@ func (f *jobFlags) request(in io.Reader) (ingest.JobRequest, error) {
 		req.Priority = &f.priority
 	}
 	return req, nil
+}
+
+// flagsError is the error of the command for an error of its job flags: a usage error,
+// but for a file that could not be read.
+func (a *apiCmd) flagsError(err error) error {
+	if _, ok := errors.AsType[*fs.PathError](err); ok {
+		return fmt.Errorf("%s: %w", strings.TrimPrefix(a.fs.Name(), "tock "), err)
+	}
+	return a.usageErrorf("%w", err)
 }
 
 func readFileOrStdin(name string, in io.Reader) ([]byte, error) {
@@ -424,14 +503,14 @@ func (a *apiCmd) jobsCreate(ctx context.Context, args []string) error {
 			switch k {
 			case "file", "api", "token", "json", "idempotency-key":
 			default:
-				return fmt.Errorf("jobs create: --file excludes --%s: put it in the file", k)
+				return a.usageErrorf("--file excludes --%s: put it in the file", k)
 			}
 		}
 		return a.createFromFile(ctx, f.file, f.idempotencyKey)
 	}
 	req, err := f.request(a.in)
 	if err != nil {
-		return fmt.Errorf("jobs create: %w", err)
+		return a.flagsError(err)
 	}
 	return a.createOne(ctx, req, f.idempotencyKey)
 }
@@ -462,7 +541,7 @@ func (a *apiCmd) createFromFile(ctx context.Context, name, key string) error {
 	b = bytes.TrimSpace(b)
 	if len(b) > 0 && b[0] == '[' {
 		if key != "" {
-			return errors.New("jobs create: --idempotency-key applies to one job, not a batch (give each job an id)")
+			return a.usageErrorf("--idempotency-key applies to one job, not a batch (give each job an id)")
 		}
 		var reqs []ingest.JobRequest
 		if err := strictUnmarshal(b, &reqs); err != nil {
@@ -530,20 +609,23 @@ func (a *apiCmd) jobsPatch(ctx context.Context, args []string) error {
 		return err
 	}
 	f.collectSet(a.fs)
+	if err := f.checkDurations(); err != nil {
+		return a.flagsError(err)
+	}
 	var p ingest.JobPatch
 	if s, ok := f.schedule(); ok {
 		p.Schedule = &s
 	}
 	var err error
 	if p.Payload, p.PayloadBase64, err = f.payloadFields(a.in); err != nil {
-		return fmt.Errorf("jobs patch: %w", err)
+		return a.flagsError(err)
 	}
 	if f.set["priority"] {
 		p.Priority = &f.priority
 	}
 	p.Retry = f.retry()
 	if p.Schedule == nil && p.Payload == nil && p.PayloadBase64 == nil && p.Priority == nil && p.Retry == nil {
-		return errors.New("jobs patch: nothing to change (give --payload, a schedule, --priority or a retry flag)")
+		return a.usageErrorf("nothing to change (give --payload, a schedule, --priority or a retry flag)")
 	}
 	j, err := a.client.PatchJob(ctx, a.args[0], p)
 	if err != nil {
@@ -552,7 +634,7 @@ func (a *apiCmd) jobsPatch(ctx context.Context, args []string) error {
 	if a.asJSON {
 		return a.printJSON(j)
 	}
-	return a.printJob(j)
+	return a.printJob(j, a.nextAttempt(ctx, j))
 }
 
 func (a *apiCmd) jobsList(ctx context.Context, args []string) error {
@@ -588,7 +670,7 @@ func (a *apiCmd) jobsList(ctx context.Context, args []string) error {
 	tw := a.table()
 	fmt.Fprintln(tw, "ID\tQUEUE\tTYPE\tSTATE\tSCHEDULE\tNEXT RUN\tPRIORITY")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", j.ID, j.Queue, j.Type, j.State, scheduleText(j.Schedule), a.timeOrDash(j.NextRunAt), j.Priority)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", j.ID, j.Queue, j.Type, j.State, scheduleText(j.Schedule), a.nextRunText(j), j.Priority)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -601,7 +683,39 @@ func (a *apiCmd) jobsList(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (a *apiCmd) printJob(j ingest.Job) error {
+// nextRunText is the NEXT RUN of a job in a listing: the earlier of its next occurrence
+// and the due time of a run waiting for a retry, marked "(retry)".
+func (a *apiCmd) nextRunText(j ingest.Job) string {
+	if j.RetryAt != nil && (j.NextRunAt == nil || j.RetryAt.Before(*j.NextRunAt)) {
+		return a.timeText(*j.RetryAt) + " (retry)"
+	}
+	return a.timeOrDash(j.NextRunAt)
+}
+
+// nextAttempt describes the attempt that job j waits for, when a run waits for a retry:
+// its due time and, from the run history, its number. "" when no run waits.
+func (a *apiCmd) nextAttempt(ctx context.Context, j ingest.Job) string {
+	if j.RetryAt == nil {
+		return ""
+	}
+	s := a.timeText(*j.RetryAt)
+	// The newest attempt of the history that failed or snoozed is the one the retry
+	// follows; a snooze does not use up an attempt.
+	if rl, err := a.client.Runs(ctx, j.ID); err == nil {
+		for _, r := range rl.Runs {
+			switch r.Outcome {
+			case "failed", "lost":
+				return fmt.Sprintf("%s (attempt %d of %d)", s, r.Attempt+1, j.Retry.MaxAttempts)
+			case "snoozed":
+				return fmt.Sprintf("%s (attempt %d of %d, after a snooze)", s, r.Attempt, j.Retry.MaxAttempts)
+			}
+		}
+	}
+	return s
+}
+
+// printJob prints job j as rows; next, when set, is the attempt a retrying run waits for.
+func (a *apiCmd) printJob(j ingest.Job, next string) error {
 	tw := a.table()
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("id", j.ID)
@@ -610,6 +724,9 @@ func (a *apiCmd) printJob(j ingest.Job) error {
 	row("state", j.State)
 	row("schedule", scheduleText(j.Schedule))
 	row("next run", a.timeOrDash(j.NextRunAt))
+	if next != "" {
+		row("next attempt", next)
+	}
 	row("active runs", strconv.Itoa(j.ActiveRuns))
 	row("priority", strconv.Itoa(j.Priority))
 	r := j.Retry
@@ -670,15 +787,14 @@ func (a *apiCmd) printRuns(runs []ingest.Run) error {
 }
 
 func runDead(ctx context.Context, c *cli, args []string) error {
-	if len(args) == 0 || isHelp(args[0]) {
-		fmt.Fprint(c.errOut, deadUsage)
-		return flag.ErrHelp
+	sub, args, err := subcommand(c, "dead", deadUsage, args, "ls", "requeue", "rm")
+	if err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
 	a := c.newAPICmd("dead " + sub)
 	defer a.close()
 	switch sub {
-	case "ls", "list":
+	case "ls":
 		var queue, cursor string
 		var limit int
 		var all bool
@@ -726,109 +842,11 @@ func runDead(ctx context.Context, c *cli, args []string) error {
 			return err
 		}
 		return a.stateActions(ctx, "ID", a.client.RequeueDead)
-	case "rm", "delete":
+	case "rm":
 		if err := a.parse(args, -1, "a run (<job id>:<due ms>)"); err != nil {
 			return err
 		}
 		return a.stateActions(ctx, "ID", a.client.DeleteDead)
-	default:
-		fmt.Fprint(c.errOut, deadUsage)
-		return fmt.Errorf("dead: unknown command %q", sub)
-	}
-}
-
-func runQueues(ctx context.Context, c *cli, args []string) error {
-	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprint(c.errOut, queuesUsage)
-		return flag.ErrHelp
-	}
-	if len(args) > 0 && (args[0] == "pause" || args[0] == "resume") {
-		sub := args[0]
-		a := c.newAPICmd("queues " + sub)
-		defer a.close()
-		if err := a.parse(args[1:], -1, "a queue"); err != nil {
-			return err
-		}
-		action := a.client.PauseQueue
-		if sub == "resume" {
-			action = a.client.ResumeQueue
-		}
-		return a.stateActions(ctx, "QUEUE", action)
-	}
-	a := c.newAPICmd("queues")
-	defer a.close()
-	var watch bool
-	var interval time.Duration
-	a.fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
-	a.fs.DurationVar(&interval, "interval", 2*time.Second, "redraw interval of --watch")
-	if err := a.parse(args, 0, ""); err != nil {
-		return err
-	}
-	if interval <= 0 {
-		return errors.New("queues: --interval must be positive")
-	}
-	if !watch {
-		l, err := a.client.Queues(ctx)
-		if err != nil {
-			return err
-		}
-		if a.asJSON {
-			return a.printJSON(l)
-		}
-		return a.printQueues(l.Queues)
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		l, err := a.client.Queues(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if a.asJSON {
-			// One compact document per line, for `| jq` and log files.
-			b, err := json.Marshal(l)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.out, "%s\n", b)
-		} else {
-			now := a.clock().In(a.location()).Format("2006-01-02 15:04:05")
-			if a.tty {
-				// Clear the screen and draw from the top left.
-				fmt.Fprintf(a.out, "\x1b[H\x1b[2J%s   every %s, Ctrl-C stops\n\n", now, interval)
-			} else {
-				fmt.Fprintf(a.out, "\n%s\n", now)
-			}
-			if err := a.printQueues(l.Queues); err != nil {
-				return err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
-}
-
-func (a *apiCmd) printQueues(qs []ingest.Queue) error {
-	tw := a.table()
-	fmt.Fprintln(tw, "QUEUE\tPAUSED\tSCHEDULED\tREADY\tIN FLIGHT\tDEAD\tFIRED\tFIRED/S")
-	for _, q := range qs {
-		paused := "-"
-		if q.Paused {
-			paused = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\n", q.Name, paused, q.Scheduled, q.Ready, q.InFlight, q.Dead, q.Fired, q.FireRate)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(qs) == 0 {
-		fmt.Fprintln(a.errOut, "no queues yet")
 	}
 	return nil
 }

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -34,15 +34,36 @@ Common flags: --redis host:port[,host:port...] (default: embedded in-memory Redi
               --procs N (Go threads running tock's code; default: one fewer than the CPUs
               when every --redis address is on this machine, all CPUs otherwise),
               --cpuprofile FILE
+Run 'tock bench SCENARIO --help' for the flags of a scenario.
 `
 
-func runBench(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, benchUsage)
+// benchAbout says what each scenario does, for tock bench SCENARIO --help.
+var benchAbout = map[string]string{
+	"fire": "Schedule --jobs one-time jobs due uniformly across --window, starting --lead from now, " +
+		"run dispatchers and workers, and report fires/s inside the window, lateness percentiles, " +
+		"duplicates and misses as JSON.",
+	"throughput": "Create --jobs immediate jobs and report how fast dispatchers and workers process them, as JSON.",
+	"memory":     "Create --jobs pending jobs and report the Redis memory each takes, as JSON.",
+	"ingest": "Send --jobs creates to the HTTP API over --conns connections (--batch jobs a request) " +
+		"and report accepted jobs/s and request latency, as JSON. Without --api it runs an API " +
+		"server in this process, over --redis or the embedded Redis.",
+	"bare": "Run the least a Redis job pipeline can do (ZADD, a Lua promote, a Lua claim, ZREM, no " +
+		"job record) on the same Redis, for comparison, and report jobs/s as JSON.",
+}
+
+func runBench(ctx context.Context, args []string, c *cli) error {
+	switch {
+	case len(args) == 0:
+		return &usageError{cmd: "tock bench", err: errors.New("bench: a scenario is required"), usage: benchUsage}
+	case isHelp(args[0]):
+		fmt.Fprint(c.out, benchUsage)
 		return flag.ErrHelp
+	case benchAbout[args[0]] == "":
+		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, memory, ingest or bare)", args[0])
 	}
 	scenario, args := args[0], args[1:]
-	fs := flag.NewFlagSet("tock bench "+scenario, flag.ContinueOnError)
+	out := c.out
+	fs := newFlagSet("tock bench " + scenario)
 	var (
 		redis                      string
 		common                     bench.Common
@@ -56,14 +77,14 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		conns, batch               int
 		delay                      time.Duration
 	)
-	fs.StringVar(&redis, "redis", os.Getenv("TOCK_REDIS"), "Redis address(es), comma-separated (default: embedded in-memory Redis; env TOCK_REDIS)")
+	fs.StringVar(&redis, "redis", "", "Redis `address(es)`, comma-separated (env TOCK_REDIS; default: an embedded in-memory Redis)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
-	fs.DurationVar(&common.Bucket, "bucket", time.Minute, "due-bucket width of the bench namespace")
+	durationVar(fs, &common.Bucket, "bucket", time.Minute, "due-bucket width of the bench namespace")
 	fs.StringVar(&common.Namespace, "namespace", "", "namespace (default: a fresh one, deleted afterwards)")
 	fs.BoolVar(&common.Keep, "keep", false, "keep the keys in Redis afterwards")
 	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
-	fs.DurationVar(&fireLead, "fire-lead", dispatcher.DefaultLead, "dispatchers fire runs this far ahead of their due time and workers hold them until then (0 to 1s; 0: fire at the due time)")
-	fs.DurationVar(&common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
+	durationVar(fs, &fireLead, "fire-lead", dispatcher.DefaultLead, "dispatchers fire runs this far ahead of their due time and workers hold them until then (0 to 1s; 0: fire at the due time)")
+	durationVar(fs, &common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
 	fs.IntVar(&jobs, "jobs", 100000, "jobs")
 	defConc := bench.DefaultConcurrency
 	concUsage := "worker handler slots"
@@ -86,31 +107,37 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&procs, "procs", 0, "Go threads running tock's code at once (GOMAXPROCS); 0: the GOMAXPROCS environment variable when set, else one fewer than the CPUs when every --redis address is a loopback one (the Redis server keeps a core of its own), else all CPUs")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process (load generator, dispatchers and workers) to this file, for go tool pprof")
 	if scenario == "fire" {
-		fs.DurationVar(&window, "window", 10*time.Second, "jobs are due uniformly across this window")
-		fs.DurationVar(&lead, "lead", 20*time.Second, "the window starts this long after scheduling starts")
+		durationVar(fs, &window, "window", 10*time.Second, "jobs are due uniformly across this window")
+		durationVar(fs, &lead, "lead", 20*time.Second, "the window starts this long after scheduling starts")
 		fs.IntVar(&pending, "pending", 0, "jobs pre-loaded due far in the future")
 		fs.BoolVar(&producerOnly, "producer-only", false, "only schedule (workers run elsewhere)")
 		fs.BoolVar(&workersOnly, "workers-only", false, "only run dispatchers and workers")
 	}
 	if scenario == "ingest" {
 		fs.StringVar(&api, "api", "", "base URL of a running API (default: an in-process server on a free loopback port)")
-		fs.StringVar(&token, "token", os.Getenv("TOCK_TOKEN"), "bearer token for --api (env TOCK_TOKEN)")
+		fs.StringVar(&token, "token", "", "bearer `token` for --api (env TOCK_TOKEN)")
 		fs.IntVar(&conns, "conns", 16, "connections, each with one request in flight")
 		fs.IntVar(&batch, "batch", 1, "jobs per request: 1 posts each job to /v1/jobs, more posts arrays to /v1/jobs:batch")
-		fs.DurationVar(&delay, "delay", time.Hour, "the jobs are due this long after they are accepted")
+		durationVar(fs, &delay, "delay", time.Hour, "the jobs are due this long after they are accepted")
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagParseError(err, c.out, commandHelp{"tock bench " + scenario + " [flags]", benchAbout[scenario]}, fs)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench %s: unexpected argument %q", scenario, fs.Arg(0))
+		return usageErrorf(fs.Name(), "bench %s: unexpected argument %q", scenario, fs.Arg(0))
+	}
+	if redis == "" {
+		redis = c.getenv("TOCK_REDIS")
+	}
+	if token == "" {
+		token = c.getenv("TOCK_TOKEN")
 	}
 	if redis != "" {
 		common.Redis = strings.Split(redis, ",")
 	}
 	switch {
 	case fireLead < 0 || fireLead > dispatcher.MaxLead:
-		return fmt.Errorf("bench %s: --fire-lead %s: want a duration from 0s to %s", scenario, fireLead, dispatcher.MaxLead)
+		return usageErrorf(fs.Name(), "bench %s: --fire-lead %s: want a duration from 0s to %s", scenario, fireLead, dispatcher.MaxLead)
 	case fireLead == 0:
 		common.FireLead = -1 // none (0 means the default in bench.Common)
 	default:
@@ -123,7 +150,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 		common.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	if procs < 0 {
-		return fmt.Errorf("bench %s: --procs %d: want 0 (automatic) or more", scenario, procs)
+		return usageErrorf(fs.Name(), "bench %s: --procs %d: want 0 (automatic) or more", scenario, procs)
 	}
 	if procs == 0 && os.Getenv("GOMAXPROCS") == "" {
 		procs = autoProcs(common.Redis, runtime.NumCPU())
@@ -157,9 +184,6 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	case "ingest":
 		res, err = bench.Ingest(ctx, bench.IngestConfig{Common: common, API: api, Token: token, Jobs: jobs,
 			Conns: conns, Batch: batch, Payload: payload, Delay: delay})
-	default:
-		fmt.Fprint(os.Stderr, benchUsage)
-		return fmt.Errorf("bench: unknown scenario %q", scenario)
 	}
 	if err != nil {
 		return err

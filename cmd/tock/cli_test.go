@@ -270,10 +270,14 @@ func TestJobs_Errors(t *testing.T) {
 	// Nothing listening.
 	r := runTock(t, context.Background(), map[string]string{"TOCK_API": "http://127.0.0.1:1"}, "", "queues")
 	require.ErrorContains(t, r.err, "connection refused")
-	// Help is not an error.
-	r = b.run(t, "", "jobs")
+	// Help is not an error; no command is a usage error, with the usage.
+	r = b.run(t, "", "jobs", "--help")
 	require.ErrorIs(t, r.err, flag.ErrHelp)
-	require.Contains(t, r.errOut, "tock jobs create")
+	require.Contains(t, r.out, "tock jobs create")
+	r = b.run(t, "", "jobs")
+	var ue *usageError
+	require.ErrorAs(t, r.err, &ue)
+	require.Contains(t, ue.usage, "tock jobs create")
 }
 
 func TestJobs_Actions(t *testing.T) {
@@ -326,7 +330,7 @@ func TestQueues(t *testing.T) {
 	b.ok(t, "jobs", "create", "--type", "t", "--now", "--queue", "mail")
 
 	out := b.ok(t, "queues")
-	require.Regexp(t, `(?m)^QUEUE\s+PAUSED\s+SCHEDULED\s+READY\s+IN FLIGHT\s+DEAD\s+FIRED\s+FIRED/S$`, out)
+	require.Regexp(t, `(?m)^QUEUE\s+PAUSED\s+SCHEDULED\s+READY\s+IN FLIGHT\s+DEAD\s+FIRED\s+FIRED/S\s+PROCESSED\s+FAILED\s+LATENESS P99$`, out)
 	require.Regexp(t, `(?m)^mail\s+-\s+1\s+1\s+0\s+0\s`, out)
 
 	out = b.ok(t, "queues", "pause", "mail")

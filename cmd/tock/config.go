@@ -72,8 +72,9 @@ var commandInfo = []struct {
 		"snapshot of --namespace."},
 	{cmdSnapshotVerify, "snapshot verify", "Read a snapshot in --from whole and check every file, " +
 		"without restoring it. --snapshot ID as for tock snapshot restore."},
-	{cmdSnapshotLs, "snapshot ls", "List the snapshots of the namespace in --from (--all: of every " +
-		"namespace), newest first."},
+	{cmdSnapshotLs, "snapshot ls", "List the snapshots in --from, newest first: those of the namespace " +
+		"when the namespace setting is given, else (or with --all) those of every namespace. " +
+		"A location that does not exist is an error, and is not created."},
 }
 
 func (c command) String() string {
@@ -417,7 +418,10 @@ var settings = []*setting{
 		help: "how often to export a snapshot to --snapshot-to (0: never; else 1s or more)",
 		parse: func(c *config, v string) error {
 			// snapshot.RunPeriodic refuses less than 1s.
-			d, err := time.ParseDuration(v)
+			d, err := parseDurationText(v)
+			if errors.Is(err, errDurationRange) {
+				return err
+			}
 			if err != nil || d != 0 && d < time.Second {
 				return errors.New("want 0, or a duration of 1s or more such as 10m or 1h")
 			}
@@ -485,10 +489,18 @@ func (f *flagValue) Set(v string) error {
 // connects. addFlags, when set, defines the command's flags that are not settings. For
 // -h or --help it prints the help to out and returns flag.ErrHelp. An invalid setting is a
 // *settingError; all of them are returned at once, joined.
+//
+// Every error but flag.ErrHelp is a *usageError: nothing ran.
 func loadConfig(cmd command, args []string, getenv func(string) string, out io.Writer, addFlags func(*flag.FlagSet)) (*config, error) {
-	fs := flag.NewFlagSet("tock "+cmd.String(), flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	c, err := loadSettings(cmd, args, getenv, out, addFlags)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return nil, &usageError{cmd: "tock " + cmd.String(), err: err}
+	}
+	return c, err
+}
+
+func loadSettings(cmd command, args []string, getenv func(string) string, out io.Writer, addFlags func(*flag.FlagSet)) (*config, error) {
+	fs := newFlagSet("tock " + cmd.String())
 	flags := map[string]*flagValue{}
 	for _, s := range settings {
 		if s.cmds&cmd != 0 {
@@ -736,7 +748,10 @@ func parseCount(v string, lo, hi int64) (int64, error) {
 
 // parseDuration parses a Go duration from lo to hi.
 func parseDuration(v string, lo, hi time.Duration) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := parseDurationText(v)
+	if errors.Is(err, errDurationRange) {
+		return 0, fmt.Errorf("%w; want a duration from %s to %s", err, shortDuration(lo), shortDuration(hi))
+	}
 	if err != nil || d < lo || d > hi {
 		return 0, fmt.Errorf("want a duration from %s to %s, such as 90s or 10m", shortDuration(lo), shortDuration(hi))
 	}
@@ -824,19 +839,9 @@ func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
 		}
 		fmt.Fprintf(w, "  --%s %s\n%s\n%s\n", s.flagName(cmd), s.arg, wrap(s.help, 88, "      "), wrap(where, 88, "      "))
 	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := f.Value.(*flagValue); !ok { // a command flag that is not a setting
-			arg, usage := flag.UnquoteUsage(f)
-			if arg == "value" {
-				arg = ""
-			}
-			switch f.DefValue {
-			case "", "0", "false":
-			default:
-				usage += " (default " + f.DefValue + ")"
-			}
-			fmt.Fprintf(w, "  %s\n%s\n", strings.TrimSpace("--"+f.Name+" "+arg), wrap(usage, 88, "      "))
-		}
+	printFlags(w, fs, func(f *flag.Flag) bool {
+		_, setting := f.Value.(*flagValue) // printed above
+		return setting
 	})
 }
 

@@ -18,13 +18,21 @@ import (
 // startDev runs tock dev on free ports until the test ends and returns the API's URL.
 func startDev(t *testing.T) (string, *syncBuffer) {
 	t.Helper()
+	return startDevWith(t, devOptions{})
+}
+
+// startDevWith runs tock dev with the options o (on free ports, 4 shards) until the test
+// ends and returns the API's URL.
+func startDevWith(t *testing.T, o devOptions) (string, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
+	o.addr, o.http, o.shards = "127.0.0.1:0", "127.0.0.1:0", 4
+	o.started = func(a string) { addr <- a }
 	go func() {
-		done <- dev(ctx, devOptions{addr: "127.0.0.1:0", http: "127.0.0.1:0", shards: 4,
-			started: func(a string) { addr <- a }}, &out)
+		done <- dev(ctx, o, &out)
 	}()
 	var u string
 	select {
@@ -153,4 +161,87 @@ func TestBench_IngestFromTheCommandLine(t *testing.T) {
 		require.Zero(t, res.Rejected)
 		require.Positive(t, res.AcceptedPerSec)
 	}
+}
+
+// A job waiting for a retry shows when its next attempt is due, in the listing, the
+// detail and the JSON, instead of no next run at all.
+func TestDev_RetryingJobShowsItsNextAttempt(t *testing.T) {
+	t.Parallel()
+	u, _ := startDev(t)
+	env := map[string]string{"TOCK_API": u}
+	start := time.Now()
+	r := runTock(t, context.Background(), env, "", "jobs", "create", "--id", "flaky", "--type", "demo.doomed", "--now",
+		"--max-attempts", "3", "--initial-backoff", "1h")
+	require.NoError(t, r.err, r.errOut)
+	var j ingest.Job
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "jobs", "get", "flaky", "--json")
+		j = decodeJSON[ingest.Job](t, r.out)
+		return j.State == "retrying"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NotNil(t, j.RetryAt, "retry_at of a retrying job")
+	// 1h ± the default jitter of 20%.
+	require.WithinRange(t, *j.RetryAt, start.Add(48*time.Minute), time.Now().Add(72*time.Minute))
+	due := j.RetryAt.UTC().Format("2006-01-02 15:04:05.000")
+
+	r = runTock(t, context.Background(), env, "", "jobs", "get", "flaky")
+	require.NoError(t, r.err)
+	require.Regexp(t, `(?m)^next attempt:\s+`+regexp.QuoteMeta(due)+` \(attempt 2 of 3\)$`, r.out)
+	r = runTock(t, context.Background(), env, "", "jobs", "ls")
+	require.NoError(t, r.err)
+	require.Regexp(t, `(?m)^flaky\s+default\s+demo.doomed\s+retrying\s+now\s+`+regexp.QuoteMeta(due)+` \(retry\)\s+5$`, r.out)
+}
+
+// tock dev's worker serves every queue, including ones that appear after it started;
+// a job of a type it has no handler for fails with an error that says so in its run
+// history; the banner says what the demo worker runs.
+func TestDev_EveryQueueAndUnknownTypes(t *testing.T) {
+	t.Parallel()
+	u, out := startDev(t)
+	env := map[string]string{"TOCK_API": u}
+	tock := func(args ...string) string {
+		t.Helper()
+		r := runTock(t, context.Background(), env, "", args...)
+		require.NoError(t, r.err, "tock %s\n%s%s", strings.Join(args, " "), r.out, r.errOut)
+		return r.out
+	}
+	banner := out.String()
+	require.Contains(t, banner, `echo, demo.hello, demo.flaky, demo.doomed`)
+	require.Contains(t, banner, "in every queue")
+
+	tock("jobs", "create", "--id", "mail-1", "--type", "echo", "--queue", "mail", "--now")
+	tock("jobs", "create", "--id", "later-1", "--type", "echo", "--queue", "reports", "--delay", "1s")
+	for _, id := range []string{"mail-1", "later-1"} {
+		require.Eventually(t, func() bool {
+			r := runTock(t, context.Background(), env, "", "jobs", "get", id, "--json")
+			return r.err == nil && decodeJSON[ingest.Job](t, r.out).State == "completed"
+		}, 15*time.Second, 20*time.Millisecond, "job %s in a queue other than default never ran", id)
+	}
+
+	tock("jobs", "create", "--id", "unknown-1", "--type", "email.welcome", "--now", "--max-attempts", "2", "--initial-backoff", "1h")
+	require.Eventually(t, func() bool {
+		r := runTock(t, context.Background(), env, "", "jobs", "runs", "unknown-1")
+		return r.err == nil && strings.Contains(r.out, `no handler registered for job type "email.welcome"`)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Regexp(t, `(?m)^state:\s+retrying$`, tock("jobs", "get", "unknown-1"))
+	require.Contains(t, out.String(), `fired    job=unknown-1`)
+}
+
+// tock dev --worker=false runs no worker: every job waits for the user's own.
+func TestDev_WithoutWorker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, devOptions{addr: "127.0.0.1:0", http: "127.0.0.1:0", shards: 2, noWorker: true,
+			started: func(a string) { addr <- a }}, &out)
+	}()
+	u := "http://" + <-addr
+	r := runTock(t, context.Background(), map[string]string{"TOCK_API": u}, "", "jobs", "create", "--id", "e", "--type", "echo", "--now")
+	require.NoError(t, r.err)
+	require.Contains(t, out.String(), "no worker runs")
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,8 +29,9 @@ const snapshotUsage = `Usage:
       --bucket say otherwise; an existing one keeps its own (jobs move to their shards).
   tock snapshot verify --from LOCATION [--snapshot ID] [--json]
       Read a snapshot whole and check every file, without restoring it.
-  tock snapshot ls --from LOCATION [--all] [--json]
-      List the snapshots of the namespace (--all: of every namespace), newest first.
+  tock snapshot ls --from LOCATION [--namespace NS | --all] [--json]
+      List the snapshots of the namespace, newest first; without a namespace setting
+      (or with --all), those of every namespace.
 
 LOCATION is a directory, file:///dir, or s3://bucket?region=... (a gocloud.dev/blob URL:
 add endpoint=http://host:9000&use_path_style=true for MinIO, prefix=folder/ for a
@@ -64,13 +66,16 @@ type snapshotCmd struct {
 
 // runSnapshot runs tock snapshot export|restore|verify|ls.
 func runSnapshot(ctx context.Context, args []string, c *cli) error {
-	if len(args) == 0 || isHelp(args[0]) {
-		fmt.Fprint(c.errOut, snapshotUsage)
+	switch {
+	case len(args) == 0:
+		return &usageError{cmd: "tock snapshot", err: errors.New("snapshot: a command is required"), usage: snapshotUsage}
+	case isHelp(args[0]):
+		fmt.Fprint(c.out, snapshotUsage)
 		return flag.ErrHelp
 	}
 	cmd, ok := snapshotCommands[args[0]]
 	if !ok {
-		return &usageError{fmt.Sprintf("tock snapshot: unknown command %q (want export, restore, verify or ls)", args[0])}
+		return usageErrorf("tock snapshot", "snapshot: unknown command %q (want export, restore, verify or ls)", args[0])
 	}
 	s := &snapshotCmd{cli: c}
 	var (
@@ -98,9 +103,9 @@ func runSnapshot(ctx context.Context, args []string, c *cli) error {
 	case err != nil:
 		return fmt.Errorf("%s: %w", cmd, err)
 	case s.parallel < 1:
-		return fmt.Errorf("%s: --parallel must be at least 1, got %d", cmd, s.parallel)
+		return usageErrorf("tock "+cmd.String(), "%s: --parallel must be at least 1, got %d", cmd, s.parallel)
 	case keep < 0:
-		return fmt.Errorf("%s: --keep must not be negative, got %d", cmd, keep)
+		return usageErrorf("tock "+cmd.String(), "%s: --keep must not be negative, got %d", cmd, keep)
 	}
 	s.cfg, s.ns = cfg, cfg.namespace
 	switch cmd {
@@ -111,7 +116,9 @@ func runSnapshot(ctx context.Context, args []string, c *cli) error {
 	case cmdSnapshotVerify:
 		return s.verify(ctx, ref)
 	}
-	if all {
+	// Without a namespace setting, ls lists every namespace's snapshots: the user may
+	// have exported another namespace than the default one.
+	if all || !cfg.given("namespace") {
 		s.ns = ""
 	}
 	return s.list(ctx)
@@ -122,13 +129,44 @@ func (s *snapshotCmd) errorf(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", s.cfg.cmd, fmt.Errorf(format, args...))
 }
 
-// bucket opens the snapshot location.
+// bucket opens the snapshot location to write to; a missing directory is created.
 func (s *snapshotCmd) bucket(ctx context.Context) (*blob.Bucket, error) {
 	b, err := snapshot.OpenBucket(ctx, s.cfg.snapshotTo)
 	if err != nil {
 		return nil, s.errorf("%w", err)
 	}
 	return b, nil
+}
+
+// existingBucket opens the snapshot location to read from; a missing directory is an
+// error, and is not created.
+func (s *snapshotCmd) existingBucket(ctx context.Context) (*blob.Bucket, error) {
+	b, err := snapshot.OpenExistingBucket(ctx, s.cfg.snapshotTo)
+	if err != nil {
+		return nil, s.errorf("%w", err)
+	}
+	return b, nil
+}
+
+// otherNamespaces says which namespaces other than s.ns have snapshots in b, for a
+// message about finding none of s.ns: "" when there are none.
+func (s *snapshotCmd) otherNamespaces(ctx context.Context, b *blob.Bucket) string {
+	infos, err := snapshot.List(ctx, b, "")
+	if err != nil {
+		return ""
+	}
+	var names []string
+	for _, in := range infos {
+		if in.Namespace != s.ns && !slices.Contains(names, in.Namespace) {
+			names = append(names, in.Namespace)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("the location holds snapshots of namespace %s (--namespace NAME chooses one, ls --all lists them all)",
+		strings.Join(names, ", "))
 }
 
 // connect connects to Redis.
@@ -189,7 +227,7 @@ func (s *snapshotCmd) export(ctx context.Context, keep int) error {
 // verified opens the location, finds the snapshot ref names and reads it whole to check
 // it. The caller closes the bucket.
 func (s *snapshotCmd) verified(ctx context.Context, ref string) (*blob.Bucket, *snapshot.Manifest, error) {
-	b, err := s.bucket(ctx)
+	b, err := s.existingBucket(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,6 +236,10 @@ func (s *snapshotCmd) verified(ctx context.Context, ref string) (*blob.Bucket, *
 		var m *snapshot.Manifest
 		if m, err = snapshot.Verify(ctx, b, id, snapshot.ReadOptions{Parallel: s.parallel}); err == nil {
 			return b, m, nil
+		}
+	} else if ref == "" && errors.Is(err, snapshot.ErrNotFound) {
+		if others := s.otherNamespaces(ctx, b); others != "" {
+			err = fmt.Errorf("%w; %s", err, others)
 		}
 	}
 	_ = b.Close()
@@ -291,7 +333,7 @@ func (s *snapshotCmd) verify(ctx context.Context, ref string) error {
 }
 
 func (s *snapshotCmd) list(ctx context.Context) error {
-	b, err := s.bucket(ctx)
+	b, err := s.existingBucket(ctx)
 	if err != nil {
 		return err
 	}
@@ -299,6 +341,14 @@ func (s *snapshotCmd) list(ctx context.Context) error {
 	infos, err := snapshot.List(ctx, b, s.ns)
 	if err != nil {
 		return s.errorf("%w", err)
+	}
+	if len(infos) == 0 && s.ns != "" && !s.asJSON {
+		fmt.Fprintf(s.errOut, "no snapshots of namespace %q", s.ns)
+		if others := s.otherNamespaces(ctx, b); others != "" {
+			fmt.Fprintf(s.errOut, "; %s", others)
+		}
+		fmt.Fprintln(s.errOut)
+		return nil
 	}
 	if s.asJSON {
 		type entry struct {

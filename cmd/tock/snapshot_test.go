@@ -120,11 +120,14 @@ func TestSnapshot_Usage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	none := map[string]string{}
-	r := runTock(t, ctx, none, "", "snapshot")
+	r := runTock(t, ctx, none, "", "snapshot", "--help")
 	require.ErrorIs(t, r.err, flag.ErrHelp)
-	require.Contains(t, r.errOut, "tock snapshot export --to LOCATION")
-	r = runTock(t, ctx, none, "", "snapshot", "frobnicate")
+	require.Contains(t, r.out, "tock snapshot export --to LOCATION")
+	r = runTock(t, ctx, none, "", "snapshot")
 	var ue *usageError
+	require.ErrorAs(t, r.err, &ue)
+	require.Contains(t, ue.usage, "tock snapshot export --to LOCATION")
+	r = runTock(t, ctx, none, "", "snapshot", "frobnicate")
 	require.ErrorAs(t, r.err, &ue)
 	r = runTock(t, ctx, none, "", "snapshot", "export", "--redis", "127.0.0.1:1")
 	require.ErrorContains(t, r.err, "snapshot export: --to (or TOCK_SNAPSHOT_TO, or snapshot_to in the --config file): required: ")
@@ -166,7 +169,7 @@ func TestSnapshot_Usage(t *testing.T) {
 		"tokens: [0123456789abcdef:write]\n")
 	r = runTock(t, ctx, none, "", "snapshot", "ls", "--config", file)
 	require.NoError(t, r.err)
-	require.Equal(t, "no snapshots\n", r.errOut)
+	require.Equal(t, "no snapshots of namespace \"prod\"\n", r.errOut)
 	r = runTock(t, ctx, map[string]string{"TOCK_CONFIG": file}, "", "snapshot", "verify")
 	require.ErrorIs(t, r.err, snapshot.ErrNotFound)
 	require.ErrorContains(t, r.err, "prod")
@@ -177,4 +180,54 @@ func TestSnapshot_Usage(t *testing.T) {
 	r = runTock(t, ctx, none, "", "snapshot", "ls", "--config", bad)
 	require.EqualError(t, r.err, "snapshot ls: "+bad+` line 1: snapshot_to "s3://b%zz": want a directory or a URL such as `+
 		"file:///var/lib/tock/snapshots or s3://bucket?region=us-east-1")
+}
+
+// tock snapshot ls lists what tock snapshot export wrote: without a namespace setting,
+// the snapshots of every namespace; with one that has none, it names the namespaces
+// that have some. Listing or verifying a location that does not exist creates nothing.
+func TestSnapshot_LsFindsTheExport(t *testing.T) {
+	t.Parallel()
+	for _, b := range realBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rc := b.Client(t)
+			ns := redistest.Namespace(t, b)
+			st, err := shard.Open(ctx, rc, shard.Config{Namespace: ns, Shards: 2})
+			require.NoError(t, err)
+			_, err = st.Create(ctx, []*job.Job{{ID: "a", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+			require.NoError(t, err)
+			dir := t.TempDir()
+			env := map[string]string{"TOCK_REDIS": strings.Join(b.Addrs, ",")}
+			code, out, errOut := execTock(t, env, "snapshot", "export", "--namespace", ns, "--to", dir)
+			require.Equal(t, 0, code, errOut)
+			id := strings.TrimSuffix(strings.Fields(out)[1], ":")
+
+			// No namespace given: every namespace's snapshots.
+			code, out, errOut = execTock(t, nil, "snapshot", "ls", "--from", dir)
+			require.Equal(t, 0, code, errOut)
+			require.Regexp(t, `(?m)^`+regexp.QuoteMeta(id)+`\s.*\s1\s+2\s+.*complete$`, out)
+			// The namespace given, and another one.
+			code, out, _ = execTock(t, nil, "snapshot", "ls", "--from", dir, "--namespace", ns)
+			require.Equal(t, 0, code)
+			require.Contains(t, out, id)
+			code, out, errOut = execTock(t, map[string]string{"TOCK_NAMESPACE": "other"}, "snapshot", "ls", "--from", dir)
+			require.Equal(t, 0, code)
+			require.Empty(t, out)
+			require.Contains(t, errOut, `no snapshots of namespace "other"`)
+			require.Contains(t, errOut, "snapshots of namespace "+ns)
+			// verify without --snapshot looks for the namespace's; the error names the others.
+			code, _, errOut = execTock(t, nil, "snapshot", "verify", "--from", dir)
+			require.Equal(t, 1, code)
+			require.Contains(t, errOut, "snapshots of namespace "+ns)
+
+			for _, cmd := range []string{"ls", "verify"} {
+				missing := filepath.Join(dir, "missing-"+cmd)
+				code, _, errOut = execTock(t, nil, "snapshot", cmd, "--from", missing)
+				require.Equal(t, 1, code, errOut)
+				require.Contains(t, errOut, "does not exist")
+				require.NoDirExists(t, missing, "tock snapshot %s created the directory it reads", cmd)
+			}
+		})
+	}
 }
