@@ -409,7 +409,7 @@ var settings = []*setting{
 			// The schemes snapshot.OpenBucket opens (a one-letter scheme is a Windows
 			// drive); another one would fail only when the first export starts.
 			if scheme := strings.ToLower(u.Scheme); len(scheme) > 1 && scheme != "file" && scheme != "s3" {
-				return fmt.Errorf("scheme %q: want a directory, file:///dir or s3://bucket?region=...", u.Scheme)
+				return fmt.Errorf("scheme %q: want a directory, file:///dir or s3://bucket?region=<region>", u.Scheme)
 			}
 			c.snapshotTo = v
 			return nil
