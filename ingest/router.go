@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -263,17 +264,28 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 	return true
 }
 
-// handleReadError answers requests fasthttp could not read (a body over MaxBody,
-// malformed HTTP).
+// handleReadError answers requests fasthttp could not read (malformed HTTP, a header
+// too large, a body cut short or sent too slowly) and logs them, rate limited, with the
+// method, route, remote address and the kind of error only: the error's text quotes the
+// request, Authorization header included.
 func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+	kind := errorKind(err)
+	switch kind {
+	case "body_too_large":
 		writeError(ctx, &apiError{status: 413, code: CodeTooLarge,
 			msg: "the request body is over the limit of " + strconv.Itoa(s.cfg.MaxBody) + " bytes"})
-	} else {
-		writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request"})
+	case "header_too_large":
+		writeError(ctx, &apiError{status: 431, code: CodeInvalid, msg: "the request headers are too large"})
+	case "timeout":
+		writeError(ctx, &apiError{status: 408, code: CodeInvalid, msg: "the request was not sent in time"})
+	default:
+		writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request (" + kind + ")"})
 	}
+	route := s.routeName(ctx)
+	s.logLimited(ctx, &s.reqLog, slog.LevelInfo, "request not read", "method", safeMethod(ctx.Method()),
+		"route", route, "remote_addr", ctx.RemoteAddr().String(), "error_kind", kind, "status", ctx.Response.StatusCode())
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.HTTPRequest(s.routeName(ctx), ctx.Response.StatusCode(), 0)
+		s.cfg.Metrics.HTTPRequest(route, ctx.Response.StatusCode(), 0)
 	}
 }
 

@@ -165,7 +165,9 @@ type Server struct {
 
 	backlog  backlogCache
 	rates    rateTracker
-	errLog   logLimiter
+	errLog   logLimiter   // internal errors
+	reqLog   logLimiter   // requests fasthttp could not read
+	fhLog    logLimiter   // fasthttp's own messages
 	inflight atomic.Int64 // requests inside the handler
 
 	mu          sync.Mutex
@@ -197,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 		maxPayload: cfg.Store.Config().MaxPayload,
 		now:        time.Now,
 		quit:       make(chan struct{}),
+		errLog:     logLimiter{every: logEvery},
+		reqLog:     logLimiter{every: logEvery},
+		fhLog:      logLimiter{every: logEvery},
 	}
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, tokenSum{sum: sha256.Sum256([]byte(t.Secret)), scope: t.Scope})
@@ -212,7 +217,10 @@ func New(cfg Config) (*Server, error) {
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
 		NoDefaultServerHeader: true,
-		Logger:                fasthttpLogger{s.log},
+		// fasthttp's errors quote the request, headers included: they are logged as a
+		// kind only (logging.go), and this keeps them shorter anyway.
+		SecureErrorLogMessage: true,
+		Logger:                fasthttpLogger{s},
 	}
 	return s, nil
 }
@@ -355,39 +363,4 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// fasthttpLogger routes fasthttp's own messages to the logger.
-type fasthttpLogger struct{ l *slog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn(fmt.Sprintf(format, args...), "source", "fasthttp")
-}
-
-// logLimiter lets one error log through per second and counts the others.
-type logLimiter struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// logError logs an internal error, at most once per second (the count of the ones left
-// out goes with the next).
-func (s *Server) logError(ctx context.Context, msg string, err error, attrs ...any) {
-	l := &s.errLog
-	l.mu.Lock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
-		l.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	n := l.suppressed
-	l.suppressed, l.last = 0, now
-	l.mu.Unlock()
-	attrs = append(attrs, "error", err)
-	if n > 0 {
-		attrs = append(attrs, "suppressed", n)
-	}
-	s.log.ErrorContext(ctx, msg, attrs...)
 }
