@@ -504,11 +504,8 @@ func (s *Server) deleteDead(ctx *fasthttp.RequestCtx, run string) {
 	s.deadAction(ctx, run, "deleted", (*shard.Store).DeleteDead)
 }
 
+// deadAction serves a dead run's route; dispatch has checked run.
 func (s *Server) deadAction(ctx *fasthttp.RequestCtx, run, state string, op func(*shard.Store, context.Context, string) error) {
-	if aerr := validRun(run); aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
 	rc, cancel := s.rctx(ctx)
 	err := op(s.store, rc, run)
 	cancel()
@@ -546,11 +543,8 @@ func (s *Server) resumeQueue(ctx *fasthttp.RequestCtx, q string) {
 	s.queueAction(ctx, q, "active", (*shard.Store).ResumeQueue)
 }
 
+// queueAction serves a queue's route; dispatch has checked q.
 func (s *Server) queueAction(ctx *fasthttp.RequestCtx, q, state string, op func(*shard.Store, context.Context, string) (bool, error)) {
-	if err := job.ValidateID("queue", q, job.MaxQueueLen); err != nil {
-		writeError(ctx, normalizeError(err))
-		return
-	}
 	rc, cancel := s.rctx(ctx)
 	changed, err := op(s.store, rc, q)
 	cancel()

@@ -332,6 +332,6 @@ func TestServer_Queues(t *testing.T) {
 
 	tb.doJSON("POST", "/v1/queues/qa:resume", nil, &sr).requireStatus(t, 200)
 	require.Equal(t, ingest.StateReply{ID: "qa", State: "active", Changed: true}, sr)
-	tb.do("POST", "/v1/queues/bad%2Fname:pause", nil).requireError(t, 404, ingest.CodeNotFound, "")
+	tb.do("POST", "/v1/queues/bad%2Fname:pause", nil).requireError(t, 400, ingest.CodeInvalid, "queue") // one segment, decoded
 	tb.do("POST", "/v1/queues/bad%20name:pause", nil).requireError(t, 400, ingest.CodeInvalid, "queue")
 }

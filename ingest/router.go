@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,8 +20,10 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-// Routes, by path pattern. A path parameter is at most one segment, and job ids, runs
-// and queues never contain '/'.
+// Routes, by path pattern. A path parameter is one segment of the path as sent: the path
+// is split at its slashes before anything is decoded, and the parameter alone is then
+// percent-decoded, so that an encoded slash or dot in it stays part of the parameter
+// (and fails its validation) instead of reaching another route.
 const (
 	rHealthz = iota
 	rReadyz
@@ -62,68 +65,123 @@ var patterns = [numRoutes]string{
 	rQueueResume: "/v1/queues/{queue}:resume",
 }
 
-// match finds the route of a path and its parameter; -1 when none. A run contains a
-// colon ("<job id>:<due ms>"), so an action is split off at the last colon only when
-// what follows is a known verb.
-func match(path string) (int, string) {
-	switch path {
-	case "/healthz":
-		return rHealthz, ""
-	case "/readyz":
-		return rReadyz, ""
-	case "/metrics":
-		return rMetrics, ""
-	case "/v1/openapi.json":
-		return rOpenAPI, ""
-	case "/v1/jobs":
-		return rJobs, ""
-	case "/v1/jobs:batch":
-		return rJobsBatch, ""
-	case "/v1/dead":
-		return rDead, ""
-	case "/v1/queues":
-		return rQueues, ""
-	}
-	if rest, ok := strings.CutPrefix(path, "/v1/jobs/"); ok {
-		if id, ok := strings.CutSuffix(rest, "/runs"); ok {
-			return param(rJobRuns, id)
-		}
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 {
-			switch rest[i+1:] {
-			case "pause":
-				return param(rJobPause, rest[:i])
-			case "resume":
-				return param(rJobResume, rest[:i])
-			case "trigger":
-				return param(rJobTrigger, rest[:i])
-			}
-		}
-		return param(rJob, rest)
-	}
-	if rest, ok := strings.CutPrefix(path, "/v1/dead/"); ok {
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 && rest[i+1:] == "requeue" {
-			return param(rDeadRequeue, rest[:i])
-		}
-		return param(rDeadRun, rest)
-	}
-	if rest, ok := strings.CutPrefix(path, "/v1/queues/"); ok {
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 {
-			switch rest[i+1:] {
-			case "pause":
-				return param(rQueuePause, rest[:i])
-			case "resume":
-				return param(rQueueResume, rest[:i])
-			}
-		}
-	}
-	return -1, ""
+// paramField is the name of each route's parameter in error replies ("" for none).
+var paramField = [numRoutes]string{
+	rJob: "id", rJobPause: "id", rJobResume: "id", rJobTrigger: "id", rJobRuns: "id",
+	rDeadRun: "run", rDeadRequeue: "run",
+	rQueuePause: "queue", rQueueResume: "queue",
 }
 
-func param(r int, p string) (int, string) {
-	if p == "" || strings.IndexByte(p, '/') >= 0 {
-		return -1, ""
+// match finds the route of a raw path (as sent, still percent-encoded) and its
+// parameter, decoded; -1 when none. The fixed parts of a path are compared as sent. A
+// parameter's segment is split from its action at its last colon when what follows is a
+// known verb (a run contains a colon: "<job id>:<due ms>"); the split is tried on the
+// segment as sent, then decoded (so "%3Apause" is an action too). bad is set when the
+// parameter is not valid percent-encoding; param is then as sent.
+func match(path string) (r int, p string, bad bool) {
+	switch path {
+	case "/healthz":
+		return rHealthz, "", false
+	case "/readyz":
+		return rReadyz, "", false
+	case "/metrics":
+		return rMetrics, "", false
+	case "/v1/openapi.json":
+		return rOpenAPI, "", false
+	case "/v1/jobs":
+		return rJobs, "", false
+	case "/v1/jobs:batch":
+		return rJobsBatch, "", false
+	case "/v1/dead":
+		return rDead, "", false
+	case "/v1/queues":
+		return rQueues, "", false
 	}
-	return r, p
+	// "", "v1", collection, parameter segment[, "runs"]
+	segs := strings.SplitN(path, "/", 6)
+	if len(segs) < 4 || segs[0] != "" || segs[1] != "v1" {
+		return -1, "", false
+	}
+	seg := segs[3]
+	switch {
+	case segs[2] == "jobs" && len(segs) == 5 && segs[4] == "runs":
+		return param(rJobRuns, seg)
+	case len(segs) != 4:
+		return -1, "", false
+	case segs[2] == "jobs":
+		return action(seg, rJob, map[string]int{"pause": rJobPause, "resume": rJobResume, "trigger": rJobTrigger})
+	case segs[2] == "dead":
+		return action(seg, rDeadRun, map[string]int{"requeue": rDeadRequeue})
+	case segs[2] == "queues":
+		return action(seg, -1, map[string]int{"pause": rQueuePause, "resume": rQueueResume})
+	}
+	return -1, "", false
+}
+
+// action splits a verb of verbs off seg (as sent, else decoded) and returns its route
+// and the decoded parameter; without a verb, the route is plain (-1: none).
+func action(seg string, plain int, verbs map[string]int) (int, string, bool) {
+	if i := strings.LastIndexByte(seg, ':'); i >= 0 {
+		if r, ok := verbs[seg[i+1:]]; ok {
+			return param(r, seg[:i])
+		}
+	}
+	dec, err := url.PathUnescape(seg)
+	if err != nil {
+		if plain < 0 {
+			return -1, "", false
+		}
+		return param(plain, seg)
+	}
+	if i := strings.LastIndexByte(dec, ':'); i >= 0 {
+		if r, ok := verbs[dec[i+1:]]; ok {
+			if dec[:i] == "" {
+				return -1, "", false
+			}
+			return r, dec[:i], false
+		}
+	}
+	if plain < 0 || dec == "" {
+		return -1, "", false
+	}
+	return plain, dec, false
+}
+
+// param decodes raw, the parameter of route r; an empty one is no route.
+func param(r int, raw string) (int, string, bool) {
+	if raw == "" {
+		return -1, "", false
+	}
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return r, raw, true
+	}
+	if p == "" {
+		return -1, "", false
+	}
+	return r, p, false
+}
+
+// checkParam validates the parameter of route r: a job id, a run or a queue name.
+func checkParam(r int, p string, bad bool) *apiError {
+	field := paramField[r]
+	switch {
+	case field == "":
+		return nil
+	case bad:
+		return invalid(field, "not valid percent-encoding in the path: "+strconv.Quote(p))
+	case field == "run":
+		return validRun(p)
+	case field == "queue":
+		if err := job.ValidateID("queue", p, job.MaxQueueLen); err != nil {
+			return normalizeError(err)
+		}
+	default:
+		if err := job.ValidateID("id", p, job.MaxIDLen); err != nil {
+			return normalizeError(err)
+		}
+	}
+	return nil
 }
 
 // endpoint is one method of a route.
@@ -195,11 +253,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// rawPath is the request's path as sent, before any decoding.
+func rawPath(ctx *fasthttp.RequestCtx) string { return string(ctx.URI().PathOriginal()) }
+
 // dispatch routes, authenticates and serves a request; it returns the route's name.
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
-	r, p := match(string(ctx.Path()))
+	path := rawPath(ctx)
+	r, p, bad := match(path)
 	if r < 0 {
-		writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "no route for " + string(ctx.Path())})
+		writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "no route for " + path})
 		return "unmatched"
 	}
 	method := ctx.Method()
@@ -221,6 +283,10 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
 		return "* " + patterns[r]
 	}
 	if ep.access != public && !s.authorize(ctx, ep.access) {
+		return ep.name
+	}
+	if aerr := checkParam(r, p, bad); aerr != nil {
+		writeError(ctx, aerr)
 		return ep.name
 	}
 	if len(ctx.Request.Body()) > s.cfg.MaxBody {
@@ -291,7 +357,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 
 // routeName is the Metrics label of a request's route ("unmatched" when none).
 func (s *Server) routeName(ctx *fasthttp.RequestCtx) string {
-	r, _ := match(string(ctx.Path()))
+	r, _, _ := match(rawPath(ctx))
 	if r < 0 {
 		return "unmatched"
 	}

@@ -347,13 +347,16 @@ func (j *Job) Normalize(maxPayload int) error {
 	return nil
 }
 
-// ValidateID checks an identifier: 1 to max bytes of [A-Za-z0-9._~-].
+// ValidateID checks an identifier: 1 to max bytes of [A-Za-z0-9._~-], not "." or "..".
 func ValidateID(field, id string, max int) error {
 	if id == "" {
 		return fieldErr(field, "must not be empty")
 	}
 	if len(id) > max {
 		return fieldErr(field, "longer than %d bytes", max)
+	}
+	if isDotSegment(id) {
+		return fieldErr(field, "%q is not allowed: a URL path cannot address it", id)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
