@@ -7,3 +7,6 @@ import "time"
 func SetLogEvery(s *Server, d time.Duration) {
 	s.errLog.every, s.reqLog.every, s.fhLog.every = d, d, d
 }
+
+// BodyMemoryHeld returns the bytes of Config.MaxBodyMemory held by requests.
+func BodyMemoryHeld(s *Server) int64 { return s.bodyMem.Load() }

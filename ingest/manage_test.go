@@ -70,6 +70,7 @@ func TestNew_Validates(t *testing.T) {
 		{Store: tb.store, Tokens: []ingest.Token{{Secret: "x", Scope: ingest.ScopeRead}, {Secret: "x", Scope: ingest.ScopeWrite}}},
 		{Store: tb.store, MaxBatch: -1},
 		{Store: tb.store, MaxBody: -1},
+		{Store: tb.store, MaxBody: 100, MaxBodyMemory: 99},
 		{Store: tb.store, MaxBacklog: -1},
 		{Store: tb.store, RedisTimeout: -time.Second},
 	} {

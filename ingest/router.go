@@ -256,16 +256,47 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // rawPath is the request's path as sent, before any decoding.
 func rawPath(ctx *fasthttp.RequestCtx) string { return string(ctx.URI().PathOriginal()) }
 
-// dispatch routes, authenticates and serves a request; it returns the route's name.
+// dispatch routes, authenticates and serves a request; it returns the route's name. The
+// body is read only once the headers have been found good (body.go).
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
+	ep, p, name := s.precheck(ctx)
+	if ep == nil {
+		closeIfBodyUnread(ctx)
+		return name
+	}
+	held, aerr := s.readBody(ctx)
+	if aerr != nil {
+		if aerr == errBodyMemory {
+			ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, bodyRetryAfter)
+		}
+		writeError(ctx, aerr)
+		ctx.SetConnectionClose()
+		return name
+	}
+	defer s.releaseBody(held)
+	ep.h(ctx, p)
+	return name
+}
+
+// closeIfBodyUnread asks for the connection to be closed when the request has a body
+// that was not read: what is left of it is still on the connection.
+func closeIfBodyUnread(ctx *fasthttp.RequestCtx) {
+	if ctx.Request.Header.ContentLength() != 0 && ctx.RequestBodyStream() != nil {
+		ctx.SetConnectionClose()
+	}
+}
+
+// precheck does what can be done on the headers alone: routing, the method, the token,
+// the path parameter and the declared body size. It returns the endpoint and its decoded
+// parameter, or nil when it has written the refusal. name is the route's Metrics label.
+func (s *Server) precheck(ctx *fasthttp.RequestCtx) (ep *endpoint, p, name string) {
 	path := rawPath(ctx)
 	r, p, bad := match(path)
 	if r < 0 {
 		writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "no route for " + path})
-		return "unmatched"
+		return nil, "", "unmatched"
 	}
 	method := ctx.Method()
-	var ep *endpoint
 	for i := range s.routes[r] {
 		if string(method) == s.routes[r][i].method {
 			ep = &s.routes[r][i]
@@ -280,22 +311,38 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
 		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
 		writeError(ctx, &apiError{status: 405, code: CodeMethod,
 			msg: "method " + string(method) + " not allowed on " + patterns[r] + " (allowed: " + strings.Join(allow, ", ") + ")"})
-		return "* " + patterns[r]
+		return nil, "", "* " + patterns[r]
 	}
 	if ep.access != public && !s.authorize(ctx, ep.access) {
-		return ep.name
+		return nil, "", ep.name
 	}
 	if aerr := checkParam(r, p, bad); aerr != nil {
 		writeError(ctx, aerr)
-		return ep.name
+		return nil, "", ep.name
 	}
-	if len(ctx.Request.Body()) > s.cfg.MaxBody {
-		writeError(ctx, &apiError{status: 413, code: CodeTooLarge,
-			msg: "the request body is over the limit of " + strconv.Itoa(s.cfg.MaxBody) + " bytes"})
-		return ep.name
+	if ctx.Request.Header.ContentLength() > s.cfg.MaxBody {
+		writeError(ctx, s.tooLarge())
+		return nil, "", ep.name
 	}
-	ep.h(ctx, p)
-	return ep.name
+	return ep, p, ep.name
+}
+
+// expectContinue answers a request with "Expect: 100-continue" before its body is sent:
+// 100 when the headers are good and the body fits in MaxBodyMemory now, else the
+// refusal (and fasthttp closes the connection).
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	ep, _, name := s.precheck(ctx)
+	if ep != nil {
+		if s.bodyFits(ctx.Request.Header.ContentLength()) {
+			return fasthttp.StatusContinue
+		}
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, bodyRetryAfter)
+		writeError(ctx, errBodyMemory)
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.HTTPRequest(name, ctx.Response.StatusCode(), 0)
+	}
+	return ctx.Response.StatusCode()
 }
 
 // authorize checks the bearer token; it writes the 401 or 403 reply and returns false
@@ -338,8 +385,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	kind := errorKind(err)
 	switch kind {
 	case "body_too_large":
-		writeError(ctx, &apiError{status: 413, code: CodeTooLarge,
-			msg: "the request body is over the limit of " + strconv.Itoa(s.cfg.MaxBody) + " bytes"})
+		writeError(ctx, s.tooLarge())
 	case "header_too_large":
 		writeError(ctx, &apiError{status: 431, code: CodeInvalid, msg: "the request headers are too large"})
 	case "timeout":

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -108,7 +109,7 @@ func TestServer_MalformedRequestsLogNoSecrets(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		status int  // what the server answers
-		logged bool // a read error, logged; false: fasthttp took the request
+		logged bool // a read error, logged; false: a request refused or served
 		raw    string
 	}{
 		{"SpaceInPath", 400, true, "GET /v1/jobs/a b?token=" + query + " HTTP/1.1\r\nHost: x\r\n" + auth + key + "\r\n"},
@@ -122,7 +123,8 @@ func TestServer_MalformedRequestsLogNoSecrets(t *testing.T) {
 		{"UnsupportedTransferEncoding", 400, true, "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth + key + "Transfer-Encoding: gzip-" + other + "\r\n\r\n"},
 		{"BrokenChunk", 400, true, "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth + key + "Transfer-Encoding: chunked\r\n\r\nzz" + other + "\r\n"},
 		{"ShortBody", 400, true, "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth + key + "Content-Length: 100\r\n\r\n{\"type\":"},
-		{"BodyTooLarge", 413, true, "POST /v1/jobs?token=" + query + " HTTP/1.1\r\nHost: x\r\n" + auth + key + "Content-Length: 99999\r\n\r\n{}"},
+		{"BodyTooLarge", 413, false, "POST /v1/jobs?token=" + query + " HTTP/1.1\r\nHost: x\r\n" + auth + key + "Content-Length: 99999\r\n\r\n" + strings.Repeat(" ", 2000)},
+		{"ChunkedBodyTooLarge", 413, false, "POST /v1/jobs?token=" + query + " HTTP/1.1\r\nHost: x\r\n" + auth + key + "Transfer-Encoding: chunked\r\n\r\n800\r\n" + strings.Repeat(" ", 2048) + "\r\n0\r\n\r\n"},
 		{"ControlInHeaderValue", 400, true, "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth + "X-Api-Key: " + other + "\x01\r\n\r\n"},
 		{"ControlInToken", 400, true, "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + "\x7f\r\n" + key + "\r\n"},
 		{"BadHeaderName", 200, false, "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth + "X Api Key: " + other + "\r\n\r\n"},
@@ -174,4 +176,172 @@ func TestServer_FasthttpLoggerRedacts(t *testing.T) {
 	require.Equal(t, 400, resp.StatusCode())
 	require.Eventually(t, func() bool { return strings.Contains(ts.logs.String(), "fasthttp") }, 5*time.Second, 5*time.Millisecond)
 	require.NotContains(t, ts.logs.String(), "Secret-")
+}
+
+// upload opens a connection and sends the headers of a POST /v1/jobs with Content-Length
+// cl and the first part of its body: a job padded with spaces to cl bytes.
+func upload(t *testing.T, addr, auth string, cl, part int, extra ...string) (net.Conn, []byte) {
+	t.Helper()
+	body := []byte(`{"type":"t","schedule":{"delay":"1h"}}`)
+	body = append(body, bytes.Repeat([]byte{' '}, cl-len(body))...)
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	h := "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(cl) + "\r\n"
+	if auth != "" {
+		h += "Authorization: Bearer " + auth + "\r\n"
+	}
+	for _, e := range extra {
+		h += e + "\r\n"
+	}
+	_, err = io.WriteString(c, h+"\r\n")
+	require.NoError(t, err)
+	_, err = c.Write(body[:part])
+	require.NoError(t, err)
+	return c, body[part:]
+}
+
+// readReply reads one reply from c within d; ok is false when none came in time.
+func readReply(t *testing.T, c net.Conn, d time.Duration) (resp *fasthttp.Response, ok bool) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(d)))
+	resp = &fasthttp.Response{}
+	if err := resp.Read(bufio.NewReader(c)); err != nil {
+		var ne net.Error
+		if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout() {
+			return nil, false
+		}
+		require.NoError(t, err)
+	}
+	return resp, true
+}
+
+// TestServer_UnauthenticatedBodyNotRead checks that a request without a valid token is
+// refused once its headers are read: the server answers while the client has sent 8 KiB
+// of a 60 MB body, and closes the connection.
+func TestServer_UnauthenticatedBodyNotRead(t *testing.T) {
+	t.Parallel()
+	const writer, reader = "writer-secret-0123456789", "reader-secret-0123456789"
+	ts := startTCP(t, ingest.Config{Tokens: []ingest.Token{{Secret: writer, Scope: ingest.ScopeWrite}, {Secret: reader, Scope: ingest.ScopeRead}}})
+	const huge = 60_000_000
+	for _, tc := range []struct {
+		name   string
+		auth   string
+		status int
+	}{
+		{"NoToken", "", 401},
+		{"UnknownToken", "not-a-token-at-all-000", 401},
+		{"ReadToken", reader, 403},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := upload(t, ts.addr, tc.auth, huge, 8<<10)
+			resp, ok := readReply(t, c, 5*time.Second)
+			require.True(t, ok, "no reply before the body was sent")
+			require.Equal(t, tc.status, resp.StatusCode(), "%s", resp.Body())
+			require.True(t, resp.ConnectionClose())
+
+			// With Expect: 100-continue, not a byte of the body is sent.
+			c, _ = upload(t, ts.addr, tc.auth, huge, 0, "Expect: 100-continue")
+			resp, ok = readReply(t, c, 5*time.Second)
+			require.True(t, ok, "no reply to the headers")
+			require.Equal(t, tc.status, resp.StatusCode(), "%s", resp.Body())
+		})
+	}
+	// With the token, the same request is read and served.
+	c, rest := upload(t, ts.addr, writer, 1<<20, 0, "Expect: 100-continue")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	var interim []byte
+	for !bytes.HasSuffix(interim, []byte("\r\n\r\n")) {
+		var b [1]byte
+		_, err := c.Read(b[:])
+		require.NoError(t, err)
+		interim = append(interim, b[0])
+	}
+	require.True(t, bytes.HasPrefix(interim, []byte("HTTP/1.1 100 ")), "%q", interim)
+	_, err := c.Write(rest)
+	require.NoError(t, err)
+	resp, ok := readReply(t, c, 10*time.Second)
+	require.True(t, ok)
+	require.Equal(t, 201, resp.StatusCode(), "%s", resp.Body())
+}
+
+// TestServer_BodyMemoryBound checks that the bodies being read and served at once take
+// at most the bound (by default twice MaxBody): a request beyond it is answered 503 with
+// Retry-After before its body is read, and a body's room is given back when its request
+// ends, also when the client goes away in the middle of it.
+func TestServer_BodyMemoryBound(t *testing.T) {
+	t.Parallel()
+	const tok = "writer-secret-0123456789"
+	const mib = 1 << 20
+	ts := startTCP(t, ingest.Config{MaxBody: mib, Tokens: []ingest.Token{{Secret: tok, Scope: ingest.ScopeWrite}}})
+
+	// full sends a whole upload and returns the status.
+	full := func() int {
+		c, rest := upload(t, ts.addr, tok, mib, 0)
+		_, _ = c.Write(rest) // fails when the server answered early and closed
+		resp, ok := readReply(t, c, 10*time.Second)
+		require.True(t, ok)
+		return resp.StatusCode()
+	}
+	// busy reports whether an upload is refused for want of room (503, Retry-After).
+	busy := func() bool {
+		c, _ := upload(t, ts.addr, tok, mib, 8<<10)
+		defer c.Close()
+		resp, ok := readReply(t, c, 300*time.Millisecond)
+		if !ok {
+			return false // being read: there was room
+		}
+		require.Equal(t, 503, resp.StatusCode(), "%s", resp.Body())
+		require.Equal(t, "1", string(resp.Header.Peek("Retry-After")))
+		return true
+	}
+
+	a, aRest := upload(t, ts.addr, tok, mib, 64<<10)
+	b, _ := upload(t, ts.addr, tok, mib, 64<<10)
+	require.Eventually(t, busy, 10*time.Second, time.Millisecond, "two stalled uploads do not fill the bound")
+	// A request without a token is refused as such, not for want of room.
+	c, _ := upload(t, ts.addr, "", mib, 8<<10)
+	resp, ok := readReply(t, c, 5*time.Second)
+	require.True(t, ok)
+	require.Equal(t, 401, resp.StatusCode())
+
+	// The first upload ends: its room is free again.
+	_, err := a.Write(aRest)
+	require.NoError(t, err)
+	resp, ok = readReply(t, a, 10*time.Second)
+	require.True(t, ok)
+	require.Equal(t, 201, resp.StatusCode(), "%s", resp.Body())
+	require.Equal(t, 201, full())
+
+	// The second goes away: its room is free again too.
+	h, _ := upload(t, ts.addr, tok, mib, 64<<10)
+	defer h.Close()
+	require.NoError(t, b.Close())
+	require.Eventually(t, func() bool { return full() == 201 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, h.Close())
+	require.Eventually(t, func() bool { return ingest.BodyMemoryHeld(ts.srv) == 0 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestServer_ChunkedBody checks bodies of unknown length: read chunk by chunk within
+// MaxBody and MaxBodyMemory.
+func TestServer_ChunkedBody(t *testing.T) {
+	t.Parallel()
+	ts := startTCP(t, ingest.Config{MaxBody: 4096, MaxBodyMemory: 6000})
+	chunked := func(chunks ...string) string {
+		var b strings.Builder
+		for _, c := range chunks {
+			b.WriteString(strconv.FormatInt(int64(len(c)), 16) + "\r\n" + c + "\r\n")
+		}
+		return b.String() + "0\r\n\r\n"
+	}
+	head := "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+	out := rawExchange(t, ts.addr, head+chunked(`{"id":"ch-1",`, `"type":"t",`, `"schedule":{"delay":"1h"}}`, strings.Repeat(" ", 3000)))
+	require.True(t, strings.HasPrefix(out, "HTTP/1.1 201 "), "%q", out)
+	_, err := ts.store.Get(t.Context(), "ch-1")
+	require.NoError(t, err)
+	out = rawExchange(t, ts.addr, head+chunked(`{"id":"ch-2",`, strings.Repeat(" ", 4096), `"type":"t","schedule":{"now":true}}`))
+	require.True(t, strings.HasPrefix(out, "HTTP/1.1 413 "), "%q", out)
+	out = rawExchange(t, ts.addr, head+"5\r\n{\"id\"\r\nzz\r\n")
+	require.True(t, strings.HasPrefix(out, "HTTP/1.1 400 "), "%q", out)
+	require.Equal(t, int64(0), ingest.BodyMemoryHeld(ts.srv))
 }

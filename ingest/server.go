@@ -73,6 +73,11 @@ type Config struct {
 	// MaxBody bounds a request body in bytes. Default: room for MaxBatch jobs of
 	// the store's maximum payload, capped at 64 MiB.
 	MaxBody int
+	// MaxBodyMemory bounds the bytes of request bodies held at once, over all the
+	// requests being read or served: a request whose body does not fit is answered 503
+	// with Retry-After before its body is read. A body is read only once its request is
+	// routed and authenticated. Default 2 × MaxBody; at least MaxBody.
+	MaxBodyMemory int64
 	// MaxBacklog is the most runs ready or in flight (over all queues) before creates are
 	// refused with 429 and Retry-After. 0 means no limit.
 	MaxBacklog int64
@@ -106,6 +111,9 @@ func (c Config) withDefaults() Config {
 		per := int64(maxPayload)*4/3 + perJobOverhead
 		c.MaxBody = int(min(int64(c.MaxBatch)*per, maxDefaultBody))
 	}
+	if c.MaxBodyMemory == 0 {
+		c.MaxBodyMemory = 2 * int64(c.MaxBody)
+	}
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = DefaultRedisTimeout
 	}
@@ -126,6 +134,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: MaxBatch: must be at least 1, got %d", c.MaxBatch)
 	case c.MaxBody < 1:
 		return fmt.Errorf("ingest: MaxBody: must be at least 1, got %d", c.MaxBody)
+	case c.MaxBodyMemory < int64(c.MaxBody):
+		return fmt.Errorf("ingest: MaxBodyMemory: must be at least MaxBody (%d), got %d", c.MaxBody, c.MaxBodyMemory)
 	case c.MaxBacklog < 0:
 		return fmt.Errorf("ingest: MaxBacklog: must not be negative, got %d", c.MaxBacklog)
 	case c.BacklogRefresh < 0:
@@ -169,6 +179,7 @@ type Server struct {
 	reqLog   logLimiter   // requests fasthttp could not read
 	fhLog    logLimiter   // fasthttp's own messages
 	inflight atomic.Int64 // requests inside the handler
+	bodyMem  atomic.Int64 // bytes of MaxBodyMemory held by requests
 
 	mu          sync.Mutex
 	lns         []net.Listener
@@ -208,15 +219,20 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes = s.buildRoutes()
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		ErrorHandler:          s.handleReadError,
-		Name:                  "tock",
-		MaxRequestBodySize:    cfg.MaxBody,
-		ReadTimeout:           time.Minute,
-		WriteTimeout:          time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		CloseOnShutdown:       true,
-		NoDefaultServerHeader: true,
+		Handler:            s.handle,
+		ErrorHandler:       s.handleReadError,
+		ExpectHandler:      s.expectContinue,
+		Name:               "tock",
+		MaxRequestBodySize: cfg.MaxBody,
+		// The handler reads bodies itself, once it has authenticated the request, and
+		// within MaxBodyMemory (body.go).
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  time.Minute,
+		WriteTimeout:                 time.Minute,
+		IdleTimeout:                  2 * time.Minute,
+		CloseOnShutdown:              true,
+		NoDefaultServerHeader:        true,
 		// fasthttp's errors quote the request, headers included: they are logged as a
 		// kind only (logging.go), and this keeps them shorter anyway.
 		SecureErrorLogMessage: true,
@@ -226,8 +242,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler returns the request handler, for tests and for embedding in another
-// fasthttp server (which should bound bodies to Config.MaxBody itself; the handler
-// refuses longer ones, but only once they have been read).
+// fasthttp server. That server should set StreamRequestBody, so that bodies are read only
+// after authentication and within Config.MaxBodyMemory; without it, fasthttp reads them
+// first (bound them with its MaxRequestBodySize), and the handler refuses the ones over
+// Config.MaxBody once they have been read.
 func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
 
 // Start listens on Config.Addr and serves until Stop or until ctx ends. It returns once
