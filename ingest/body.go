@@ -22,6 +22,10 @@ var errBodyMemory = &apiError{status: 503, code: CodeUnavailable,
 // bodyRetryAfter is the Retry-After, in seconds, of errBodyMemory.
 const bodyRetryAfter = "1"
 
+// prefetched is how much of a body fasthttp reads before the handler (when MaxBody
+// allows): readBodyWithStreaming's 8 KiB.
+const prefetched = 8 << 10
+
 // chunkedStart is the first room taken for a body of unknown length (chunked).
 const chunkedStart = 32 << 10
 
@@ -77,6 +81,14 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (held int64, aerr *apiError)
 	case cl > 0:
 		if !s.reserveBody(int64(cl)) {
 			return 0, errBodyMemory
+		}
+		if cl <= prefetched {
+			// fasthttp has read it all into its pooled buffer: no copy of our own.
+			if b := ctx.Request.Body(); len(b) == cl {
+				return int64(cl), nil
+			}
+			s.releaseBody(int64(cl))
+			return 0, s.bodyReadError(ctx, io.ErrUnexpectedEOF)
 		}
 		buf := make([]byte, cl)
 		if _, err := io.ReadFull(stream, buf); err != nil {
