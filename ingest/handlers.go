@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 
@@ -91,29 +90,11 @@ func idempotencyKey(ctx *fasthttp.RequestCtx) (string, *apiError) {
 	return string(k), nil
 }
 
-// overloaded answers 429 with Retry-After and returns true when the backlog is over
-// Config.MaxBacklog.
-func (s *Server) overloaded(ctx *fasthttp.RequestCtx) bool {
-	if s.cfg.MaxBacklog <= 0 {
-		return false
-	}
-	n, ok := s.backlogNow(ctx)
-	if !ok || n <= s.cfg.MaxBacklog {
-		return false
-	}
-	retry := max(1, int(math.Ceil(s.cfg.BacklogRefresh.Seconds())))
-	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(retry))
-	writeError(ctx, &apiError{status: 429, code: CodeOverloaded,
-		msg: strconv.FormatInt(n, 10) + " runs are ready or in flight, over the limit of " +
-			strconv.FormatInt(s.cfg.MaxBacklog, 10) + ": retry later"})
-	return true
-}
-
 func jobWhat(id string) string { return "job " + strconv.Quote(id) }
 
 // createJob serves POST /v1/jobs.
 func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
-	if !requireJSON(ctx) || s.overloaded(ctx) {
+	if !requireJSON(ctx) || !s.admit(ctx, 0) { // no decoding while overloaded
 		return
 	}
 	key, aerr := idempotencyKey(ctx)
@@ -126,9 +107,17 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
 		writeError(ctx, aerr)
 		return
 	}
+	ready := 0
+	if readyAtOnce(j, s.now()) {
+		ready = 1
+	}
+	if !s.admit(ctx, ready) {
+		return
+	}
 	rc, cancel := s.rctx(ctx)
 	res, err := s.store.Create(rc, []*job.Job{j})
 	cancel()
+	s.settle(ready, res)
 	if err == nil {
 		err = res[0].Err
 	}
@@ -168,7 +157,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 			msg: "Content-Type " + strconv.Quote(string(mt)) + " is not supported: send application/json (an array) or application/x-ndjson"})
 		return
 	}
-	if s.overloaded(ctx) {
+	if !s.admit(ctx, 0) { // no decoding while overloaded
 		return
 	}
 	key, aerr := idempotencyKey(ctx)
@@ -211,9 +200,19 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 		reply.Failed++
 	}
 	if len(jobs) > 0 {
+		ready, now := 0, s.now()
+		for _, j := range jobs {
+			if readyAtOnce(j, now) {
+				ready++
+			}
+		}
+		if !s.admit(ctx, ready) {
+			return
+		}
 		rc, cancel := s.rctx(ctx)
 		res, err := s.store.Create(rc, jobs)
 		cancel()
+		s.settle(ready, res)
 		answered := 0 // jobs Redis answered for: created, existing or conflicting
 		for k, r := range res {
 			if r.Err == nil && r.State == "" && err != nil {

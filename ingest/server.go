@@ -78,12 +78,16 @@ type Config struct {
 	// with Retry-After before its body is read. A body is read only once its request is
 	// routed and authenticated. Default 2 × MaxBody; at least MaxBody.
 	MaxBodyMemory int64
-	// MaxBacklog is the most runs ready or in flight (over all queues) before creates are
-	// refused with 429 and Retry-After. 0 means no limit.
+	// MaxBacklog is the number of runs ready or in flight (over all queues) at which
+	// creates are refused with 429 and Retry-After. 0 means no limit. The backlog is
+	// measured every BacklogRefresh; in between, the server adds the runs its own creates
+	// made ready. So creates through one server take the backlog past MaxBacklog by less
+	// than one request's jobs (a single create never does); n servers each count their
+	// own, and together can admit up to (n-1) x MaxBacklog more before the next measure.
 	MaxBacklog int64
 	// BacklogRefresh is how long a measured backlog is reused before creates measure it
-	// again (one request measures while the others use the previous figure). Default
-	// 500ms. Only used with MaxBacklog.
+	// again (one request measures while the others use the previous figure plus the runs
+	// admitted since). Default 500ms. Only used with MaxBacklog.
 	BacklogRefresh time.Duration
 	// RedisTimeout bounds every Redis call a request makes. Default 5s.
 	RedisTimeout time.Duration
@@ -179,6 +183,7 @@ type Server struct {
 	reqLog   logLimiter   // requests fasthttp could not read
 	fhLog    logLimiter   // fasthttp's own messages
 	inflight atomic.Int64 // requests inside the handler
+	admitted atomic.Int64 // runs made ready by this server's creates, ever (backlog.go)
 	bodyMem  atomic.Int64 // bytes of MaxBodyMemory held by requests
 
 	mu          sync.Mutex
