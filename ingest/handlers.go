@@ -127,8 +127,8 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
 	}
 	r := &res[0]
 	if r.Conflict {
-		writeError(ctx, &apiError{status: 409, code: CodeConflict, field: "id",
-			msg: "job " + strconv.Quote(j.ID) + " exists with a different definition"})
+		var lookups int
+		writeError(ctx, s.conflictError(ctx, j, &lookups))
 		return
 	}
 	status := fasthttp.StatusOK
@@ -214,6 +214,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 		cancel()
 		s.settle(ready, res)
 		answered := 0 // jobs Redis answered for: created, existing or conflicting
+		lookups := 0  // stored jobs read to name what differs in conflicts
 		for k, r := range res {
 			if r.Err == nil && r.State == "" && err != nil {
 				r.Err = err // not reached by the store before err
@@ -229,8 +230,8 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 				reply.Failed++
 			case r.Conflict:
 				answered++
-				reply.Results[i] = BatchResult{Status: fasthttp.StatusConflict, Error: &Error{Code: CodeConflict, Field: "id",
-					Message: "job " + strconv.Quote(jobs[k].ID) + " exists with a different definition"}}
+				e := s.conflictError(ctx, jobs[k], &lookups)
+				reply.Results[i] = BatchResult{Status: e.status, Error: e.wire()}
 				reply.Failed++
 			default:
 				w := wireCreated(jobs[k], &res[k])
