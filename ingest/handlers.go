@@ -187,7 +187,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 		it := &items[i]
 		if it.err == nil {
 			if it.req.ID == "" && key != "" {
-				it.req.ID = IdempotencyID(key + "#" + strconv.Itoa(i))
+				it.req.ID = BatchIdempotencyID(key, i)
 			}
 			var j *job.Job
 			if j, it.err = decodeJob(&it.req, s.maxPayload); it.err == nil {
