@@ -97,32 +97,59 @@ func match(path string) (r int, p string, bad bool) {
 	case "/v1/queues":
 		return rQueues, "", false
 	}
-	// "", "v1", collection, parameter segment[, "runs"]
-	segs := strings.SplitN(path, "/", 6)
-	if len(segs) < 4 || segs[0] != "" || segs[1] != "v1" {
+	// /v1/<collection>/<parameter segment>[/runs]
+	rest, ok := strings.CutPrefix(path, "/v1/")
+	if !ok {
 		return -1, "", false
 	}
-	seg := segs[3]
-	switch {
-	case segs[2] == "jobs" && len(segs) == 5 && segs[4] == "runs":
-		return param(rJobRuns, seg)
-	case len(segs) != 4:
+	coll, rest, ok := strings.Cut(rest, "/")
+	if !ok {
 		return -1, "", false
-	case segs[2] == "jobs":
-		return action(seg, rJob, map[string]int{"pause": rJobPause, "resume": rJobResume, "trigger": rJobTrigger})
-	case segs[2] == "dead":
-		return action(seg, rDeadRun, map[string]int{"requeue": rDeadRequeue})
-	case segs[2] == "queues":
-		return action(seg, -1, map[string]int{"pause": rQueuePause, "resume": rQueueResume})
+	}
+	seg, tail, more := strings.Cut(rest, "/")
+	switch {
+	case more && coll == "jobs" && tail == "runs":
+		return param(rJobRuns, seg)
+	case more:
+		return -1, "", false
+	case coll == "jobs":
+		return action(seg, rJob, jobVerbs)
+	case coll == "dead":
+		return action(seg, rDeadRun, deadVerbs)
+	case coll == "queues":
+		return action(seg, -1, queueVerbs)
 	}
 	return -1, "", false
 }
 
+// verb is an action on a collection's item, and its route.
+type verb struct {
+	name  string
+	route int
+}
+
+// The actions of each collection's items.
+var (
+	jobVerbs   = []verb{{"pause", rJobPause}, {"resume", rJobResume}, {"trigger", rJobTrigger}}
+	deadVerbs  = []verb{{"requeue", rDeadRequeue}}
+	queueVerbs = []verb{{"pause", rQueuePause}, {"resume", rQueueResume}}
+)
+
+// verbRoute is the route of the action named v; -1 when none.
+func verbRoute(verbs []verb, v string) int {
+	for _, vb := range verbs {
+		if vb.name == v {
+			return vb.route
+		}
+	}
+	return -1
+}
+
 // action splits a verb of verbs off seg (as sent, else decoded) and returns its route
 // and the decoded parameter; without a verb, the route is plain (-1: none).
-func action(seg string, plain int, verbs map[string]int) (int, string, bool) {
+func action(seg string, plain int, verbs []verb) (int, string, bool) {
 	if i := strings.LastIndexByte(seg, ':'); i >= 0 {
-		if r, ok := verbs[seg[i+1:]]; ok {
+		if r := verbRoute(verbs, seg[i+1:]); r >= 0 {
 			return param(r, seg[:i])
 		}
 	}
@@ -134,7 +161,7 @@ func action(seg string, plain int, verbs map[string]int) (int, string, bool) {
 		return param(plain, seg)
 	}
 	if i := strings.LastIndexByte(dec, ':'); i >= 0 {
-		if r, ok := verbs[dec[i+1:]]; ok {
+		if r := verbRoute(verbs, dec[i+1:]); r >= 0 {
 			if dec[:i] == "" {
 				return -1, "", false
 			}
