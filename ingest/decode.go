@@ -195,6 +195,16 @@ func IdempotencyID(key string) string {
 	return "k-" + idEncoding.EncodeToString(sum[:])[:26]
 }
 
+// BatchIdempotencyID returns the job id of item i (from 0) of a batch sent with the
+// Idempotency-Key header key, when the item has no id: "kb-" and the first 26 characters
+// of the base32 SHA-256 of i, a colon and the key. Its prefix keeps it apart from the ids
+// of IdempotencyID ("k-"), so that a single create never finds a batch item's job by its
+// key, nor a batch item a single create's.
+func BatchIdempotencyID(key string, i int) string {
+	sum := sha256.Sum256([]byte(strconv.Itoa(i) + ":" + key))
+	return "kb-" + idEncoding.EncodeToString(sum[:])[:26]
+}
+
 // maxIdempotencyKey bounds the Idempotency-Key header.
 const maxIdempotencyKey = 256
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 
@@ -91,29 +90,11 @@ func idempotencyKey(ctx *fasthttp.RequestCtx) (string, *apiError) {
 	return string(k), nil
 }
 
-// overloaded answers 429 with Retry-After and returns true when the backlog is over
-// Config.MaxBacklog.
-func (s *Server) overloaded(ctx *fasthttp.RequestCtx) bool {
-	if s.cfg.MaxBacklog <= 0 {
-		return false
-	}
-	n, ok := s.backlogNow(ctx)
-	if !ok || n <= s.cfg.MaxBacklog {
-		return false
-	}
-	retry := max(1, int(math.Ceil(s.cfg.BacklogRefresh.Seconds())))
-	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(retry))
-	writeError(ctx, &apiError{status: 429, code: CodeOverloaded,
-		msg: strconv.FormatInt(n, 10) + " runs are ready or in flight, over the limit of " +
-			strconv.FormatInt(s.cfg.MaxBacklog, 10) + ": retry later"})
-	return true
-}
-
 func jobWhat(id string) string { return "job " + strconv.Quote(id) }
 
 // createJob serves POST /v1/jobs.
 func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
-	if !requireJSON(ctx) || s.overloaded(ctx) {
+	if !requireJSON(ctx) || !s.admit(ctx, 0) { // no decoding while overloaded
 		return
 	}
 	key, aerr := idempotencyKey(ctx)
@@ -126,9 +107,17 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
 		writeError(ctx, aerr)
 		return
 	}
+	ready := 0
+	if readyAtOnce(j, s.now()) {
+		ready = 1
+	}
+	if !s.admit(ctx, ready) {
+		return
+	}
 	rc, cancel := s.rctx(ctx)
 	res, err := s.store.Create(rc, []*job.Job{j})
 	cancel()
+	s.settle(ready, res)
 	if err == nil {
 		err = res[0].Err
 	}
@@ -138,8 +127,8 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
 	}
 	r := &res[0]
 	if r.Conflict {
-		writeError(ctx, &apiError{status: 409, code: CodeConflict, field: "id",
-			msg: "job " + strconv.Quote(j.ID) + " exists with a different definition"})
+		var lookups int
+		writeError(ctx, s.conflictError(ctx, j, &lookups))
 		return
 	}
 	status := fasthttp.StatusOK
@@ -168,7 +157,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 			msg: "Content-Type " + strconv.Quote(string(mt)) + " is not supported: send application/json (an array) or application/x-ndjson"})
 		return
 	}
-	if s.overloaded(ctx) {
+	if !s.admit(ctx, 0) { // no decoding while overloaded
 		return
 	}
 	key, aerr := idempotencyKey(ctx)
@@ -198,7 +187,7 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 		it := &items[i]
 		if it.err == nil {
 			if it.req.ID == "" && key != "" {
-				it.req.ID = IdempotencyID(key + "#" + strconv.Itoa(i))
+				it.req.ID = BatchIdempotencyID(key, i)
 			}
 			var j *job.Job
 			if j, it.err = decodeJob(&it.req, s.maxPayload); it.err == nil {
@@ -211,10 +200,21 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 		reply.Failed++
 	}
 	if len(jobs) > 0 {
+		ready, now := 0, s.now()
+		for _, j := range jobs {
+			if readyAtOnce(j, now) {
+				ready++
+			}
+		}
+		if !s.admit(ctx, ready) {
+			return
+		}
 		rc, cancel := s.rctx(ctx)
 		res, err := s.store.Create(rc, jobs)
 		cancel()
+		s.settle(ready, res)
 		answered := 0 // jobs Redis answered for: created, existing or conflicting
+		lookups := 0  // stored jobs read to name what differs in conflicts
 		for k, r := range res {
 			if r.Err == nil && r.State == "" && err != nil {
 				r.Err = err // not reached by the store before err
@@ -230,8 +230,8 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 				reply.Failed++
 			case r.Conflict:
 				answered++
-				reply.Results[i] = BatchResult{Status: fasthttp.StatusConflict, Error: &Error{Code: CodeConflict, Field: "id",
-					Message: "job " + strconv.Quote(jobs[k].ID) + " exists with a different definition"}}
+				e := s.conflictError(ctx, jobs[k], &lookups)
+				reply.Results[i] = BatchResult{Status: e.status, Error: e.wire()}
 				reply.Failed++
 			default:
 				w := wireCreated(jobs[k], &res[k])
@@ -504,11 +504,8 @@ func (s *Server) deleteDead(ctx *fasthttp.RequestCtx, run string) {
 	s.deadAction(ctx, run, "deleted", (*shard.Store).DeleteDead)
 }
 
+// deadAction serves a dead run's route; dispatch has checked run.
 func (s *Server) deadAction(ctx *fasthttp.RequestCtx, run, state string, op func(*shard.Store, context.Context, string) error) {
-	if aerr := validRun(run); aerr != nil {
-		writeError(ctx, aerr)
-		return
-	}
 	rc, cancel := s.rctx(ctx)
 	err := op(s.store, rc, run)
 	cancel()
@@ -546,11 +543,8 @@ func (s *Server) resumeQueue(ctx *fasthttp.RequestCtx, q string) {
 	s.queueAction(ctx, q, "active", (*shard.Store).ResumeQueue)
 }
 
+// queueAction serves a queue's route; dispatch has checked q.
 func (s *Server) queueAction(ctx *fasthttp.RequestCtx, q, state string, op func(*shard.Store, context.Context, string) (bool, error)) {
-	if err := job.ValidateID("queue", q, job.MaxQueueLen); err != nil {
-		writeError(ctx, normalizeError(err))
-		return
-	}
 	rc, cancel := s.rctx(ctx)
 	changed, err := op(s.store, rc, q)
 	cancel()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -88,6 +89,9 @@ func serve(t *testing.T, b redistest.Backend, rc rueidis.Client, ns string, cfg 
 		Dial:                func(string) (net.Conn, error) { return ln.Dial() },
 		MaxIdleConnDuration: 50 * time.Millisecond, // its cleaner goroutine ends soon after the last connection
 		ReadTimeout:         30 * time.Second,
+		// Paths go as written: fasthttp's client would otherwise decode %2F and resolve
+		// dot segments itself.
+		DisablePathNormalizing: true,
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -111,6 +115,17 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// client returns a Go client of the server (on its in-memory listener), sending token
+// when not empty.
+func (tb *bundle) client(token string) *ingest.Client {
+	tb.t.Helper()
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return tb.ln.Dial() }}
+	tb.t.Cleanup(tr.CloseIdleConnections)
+	c, err := ingest.NewClient("http://tock.test", token, ingest.WithHTTPClient(&http.Client{Transport: tr}))
+	require.NoError(tb.t, err)
+	return c
 }
 
 // reply is a response as a test sees it.

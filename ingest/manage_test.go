@@ -70,6 +70,7 @@ func TestNew_Validates(t *testing.T) {
 		{Store: tb.store, Tokens: []ingest.Token{{Secret: "x", Scope: ingest.ScopeRead}, {Secret: "x", Scope: ingest.ScopeWrite}}},
 		{Store: tb.store, MaxBatch: -1},
 		{Store: tb.store, MaxBody: -1},
+		{Store: tb.store, MaxBody: 100, MaxBodyMemory: 99},
 		{Store: tb.store, MaxBacklog: -1},
 		{Store: tb.store, RedisTimeout: -time.Second},
 	} {
@@ -332,6 +333,6 @@ func TestServer_Queues(t *testing.T) {
 
 	tb.doJSON("POST", "/v1/queues/qa:resume", nil, &sr).requireStatus(t, 200)
 	require.Equal(t, ingest.StateReply{ID: "qa", State: "active", Changed: true}, sr)
-	tb.do("POST", "/v1/queues/bad%2Fname:pause", nil).requireError(t, 404, ingest.CodeNotFound, "")
+	tb.do("POST", "/v1/queues/bad%2Fname:pause", nil).requireError(t, 400, ingest.CodeInvalid, "queue") // one segment, decoded
 	tb.do("POST", "/v1/queues/bad%20name:pause", nil).requireError(t, 400, ingest.CodeInvalid, "queue")
 }

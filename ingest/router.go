@@ -7,6 +7,8 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,8 +20,10 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-// Routes, by path pattern. A path parameter is at most one segment, and job ids, runs
-// and queues never contain '/'.
+// Routes, by path pattern. A path parameter is one segment of the path as sent: the path
+// is split at its slashes before anything is decoded, and the parameter alone is then
+// percent-decoded, so that an encoded slash or dot in it stays part of the parameter
+// (and fails its validation) instead of reaching another route.
 const (
 	rHealthz = iota
 	rReadyz
@@ -61,68 +65,150 @@ var patterns = [numRoutes]string{
 	rQueueResume: "/v1/queues/{queue}:resume",
 }
 
-// match finds the route of a path and its parameter; -1 when none. A run contains a
-// colon ("<job id>:<due ms>"), so an action is split off at the last colon only when
-// what follows is a known verb.
-func match(path string) (int, string) {
-	switch path {
-	case "/healthz":
-		return rHealthz, ""
-	case "/readyz":
-		return rReadyz, ""
-	case "/metrics":
-		return rMetrics, ""
-	case "/v1/openapi.json":
-		return rOpenAPI, ""
-	case "/v1/jobs":
-		return rJobs, ""
-	case "/v1/jobs:batch":
-		return rJobsBatch, ""
-	case "/v1/dead":
-		return rDead, ""
-	case "/v1/queues":
-		return rQueues, ""
-	}
-	if rest, ok := strings.CutPrefix(path, "/v1/jobs/"); ok {
-		if id, ok := strings.CutSuffix(rest, "/runs"); ok {
-			return param(rJobRuns, id)
-		}
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 {
-			switch rest[i+1:] {
-			case "pause":
-				return param(rJobPause, rest[:i])
-			case "resume":
-				return param(rJobResume, rest[:i])
-			case "trigger":
-				return param(rJobTrigger, rest[:i])
-			}
-		}
-		return param(rJob, rest)
-	}
-	if rest, ok := strings.CutPrefix(path, "/v1/dead/"); ok {
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 && rest[i+1:] == "requeue" {
-			return param(rDeadRequeue, rest[:i])
-		}
-		return param(rDeadRun, rest)
-	}
-	if rest, ok := strings.CutPrefix(path, "/v1/queues/"); ok {
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 {
-			switch rest[i+1:] {
-			case "pause":
-				return param(rQueuePause, rest[:i])
-			case "resume":
-				return param(rQueueResume, rest[:i])
-			}
-		}
-	}
-	return -1, ""
+// paramField is the name of each route's parameter in error replies ("" for none).
+var paramField = [numRoutes]string{
+	rJob: "id", rJobPause: "id", rJobResume: "id", rJobTrigger: "id", rJobRuns: "id",
+	rDeadRun: "run", rDeadRequeue: "run",
+	rQueuePause: "queue", rQueueResume: "queue",
 }
 
-func param(r int, p string) (int, string) {
-	if p == "" || strings.IndexByte(p, '/') >= 0 {
-		return -1, ""
+// match finds the route of a raw path (as sent, still percent-encoded) and its
+// parameter, decoded; -1 when none. The fixed parts of a path are compared as sent. A
+// parameter's segment is split from its action at its last colon when what follows is a
+// known verb (a run contains a colon: "<job id>:<due ms>"); the split is tried on the
+// segment as sent, then decoded (so "%3Apause" is an action too). bad is set when the
+// parameter is not valid percent-encoding; param is then as sent.
+func match(path string) (r int, p string, bad bool) {
+	switch path {
+	case "/healthz":
+		return rHealthz, "", false
+	case "/readyz":
+		return rReadyz, "", false
+	case "/metrics":
+		return rMetrics, "", false
+	case "/v1/openapi.json":
+		return rOpenAPI, "", false
+	case "/v1/jobs":
+		return rJobs, "", false
+	case "/v1/jobs:batch":
+		return rJobsBatch, "", false
+	case "/v1/dead":
+		return rDead, "", false
+	case "/v1/queues":
+		return rQueues, "", false
 	}
-	return r, p
+	// /v1/<collection>/<parameter segment>[/runs]
+	rest, ok := strings.CutPrefix(path, "/v1/")
+	if !ok {
+		return -1, "", false
+	}
+	coll, rest, ok := strings.Cut(rest, "/")
+	if !ok {
+		return -1, "", false
+	}
+	seg, tail, more := strings.Cut(rest, "/")
+	switch {
+	case more && coll == "jobs" && tail == "runs":
+		return param(rJobRuns, seg)
+	case more:
+		return -1, "", false
+	case coll == "jobs":
+		return action(seg, rJob, jobVerbs)
+	case coll == "dead":
+		return action(seg, rDeadRun, deadVerbs)
+	case coll == "queues":
+		return action(seg, -1, queueVerbs)
+	}
+	return -1, "", false
+}
+
+// verb is an action on a collection's item, and its route.
+type verb struct {
+	name  string
+	route int
+}
+
+// The actions of each collection's items.
+var (
+	jobVerbs   = []verb{{"pause", rJobPause}, {"resume", rJobResume}, {"trigger", rJobTrigger}}
+	deadVerbs  = []verb{{"requeue", rDeadRequeue}}
+	queueVerbs = []verb{{"pause", rQueuePause}, {"resume", rQueueResume}}
+)
+
+// verbRoute is the route of the action named v; -1 when none.
+func verbRoute(verbs []verb, v string) int {
+	for _, vb := range verbs {
+		if vb.name == v {
+			return vb.route
+		}
+	}
+	return -1
+}
+
+// action splits a verb of verbs off seg (as sent, else decoded) and returns its route
+// and the decoded parameter; without a verb, the route is plain (-1: none).
+func action(seg string, plain int, verbs []verb) (int, string, bool) {
+	if i := strings.LastIndexByte(seg, ':'); i >= 0 {
+		if r := verbRoute(verbs, seg[i+1:]); r >= 0 {
+			return param(r, seg[:i])
+		}
+	}
+	dec, err := url.PathUnescape(seg)
+	if err != nil {
+		if plain < 0 {
+			return -1, "", false
+		}
+		return param(plain, seg)
+	}
+	if i := strings.LastIndexByte(dec, ':'); i >= 0 {
+		if r := verbRoute(verbs, dec[i+1:]); r >= 0 {
+			if dec[:i] == "" {
+				return -1, "", false
+			}
+			return r, dec[:i], false
+		}
+	}
+	if plain < 0 || dec == "" {
+		return -1, "", false
+	}
+	return plain, dec, false
+}
+
+// param decodes raw, the parameter of route r; an empty one is no route.
+func param(r int, raw string) (int, string, bool) {
+	if raw == "" {
+		return -1, "", false
+	}
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return r, raw, true
+	}
+	if p == "" {
+		return -1, "", false
+	}
+	return r, p, false
+}
+
+// checkParam validates the parameter of route r: a job id, a run or a queue name.
+func checkParam(r int, p string, bad bool) *apiError {
+	field := paramField[r]
+	switch {
+	case field == "":
+		return nil
+	case bad:
+		return invalid(field, "not valid percent-encoding in the path: "+strconv.Quote(p))
+	case field == "run":
+		return validRun(p)
+	case field == "queue":
+		if err := job.ValidateID("queue", p, job.MaxQueueLen); err != nil {
+			return normalizeError(err)
+		}
+	default:
+		if err := job.ValidateID("id", p, job.MaxIDLen); err != nil {
+			return normalizeError(err)
+		}
+	}
+	return nil
 }
 
 // endpoint is one method of a route.
@@ -194,15 +280,50 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// dispatch routes, authenticates and serves a request; it returns the route's name.
+// rawPath is the request's path as sent, before any decoding.
+func rawPath(ctx *fasthttp.RequestCtx) string { return string(ctx.URI().PathOriginal()) }
+
+// dispatch routes, authenticates and serves a request; it returns the route's name. The
+// body is read only once the headers have been found good (body.go).
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
-	r, p := match(string(ctx.Path()))
+	ep, p, name := s.precheck(ctx)
+	if ep == nil {
+		closeIfBodyUnread(ctx)
+		return name
+	}
+	held, aerr := s.readBody(ctx)
+	if aerr != nil {
+		if aerr == errBodyMemory {
+			ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, bodyRetryAfter)
+		}
+		writeError(ctx, aerr)
+		ctx.SetConnectionClose()
+		return name
+	}
+	defer s.releaseBody(held)
+	ep.h(ctx, p)
+	return name
+}
+
+// closeIfBodyUnread asks for the connection to be closed when the request has a body
+// that was not read: what is left of it is still on the connection.
+func closeIfBodyUnread(ctx *fasthttp.RequestCtx) {
+	if ctx.Request.Header.ContentLength() != 0 && ctx.RequestBodyStream() != nil {
+		ctx.SetConnectionClose()
+	}
+}
+
+// precheck does what can be done on the headers alone: routing, the method, the token,
+// the path parameter and the declared body size. It returns the endpoint and its decoded
+// parameter, or nil when it has written the refusal. name is the route's Metrics label.
+func (s *Server) precheck(ctx *fasthttp.RequestCtx) (ep *endpoint, p, name string) {
+	path := rawPath(ctx)
+	r, p, bad := match(path)
 	if r < 0 {
-		writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "no route for " + string(ctx.Path())})
-		return "unmatched"
+		writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "no route for " + path})
+		return nil, "", "unmatched"
 	}
 	method := ctx.Method()
-	var ep *endpoint
 	for i := range s.routes[r] {
 		if string(method) == s.routes[r][i].method {
 			ep = &s.routes[r][i]
@@ -217,18 +338,38 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
 		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
 		writeError(ctx, &apiError{status: 405, code: CodeMethod,
 			msg: "method " + string(method) + " not allowed on " + patterns[r] + " (allowed: " + strings.Join(allow, ", ") + ")"})
-		return "* " + patterns[r]
+		return nil, "", "* " + patterns[r]
 	}
 	if ep.access != public && !s.authorize(ctx, ep.access) {
-		return ep.name
+		return nil, "", ep.name
 	}
-	if len(ctx.Request.Body()) > s.cfg.MaxBody {
-		writeError(ctx, &apiError{status: 413, code: CodeTooLarge,
-			msg: "the request body is over the limit of " + strconv.Itoa(s.cfg.MaxBody) + " bytes"})
-		return ep.name
+	if aerr := checkParam(r, p, bad); aerr != nil {
+		writeError(ctx, aerr)
+		return nil, "", ep.name
 	}
-	ep.h(ctx, p)
-	return ep.name
+	if ctx.Request.Header.ContentLength() > s.cfg.MaxBody {
+		writeError(ctx, s.tooLarge())
+		return nil, "", ep.name
+	}
+	return ep, p, ep.name
+}
+
+// expectContinue answers a request with "Expect: 100-continue" before its body is sent:
+// 100 when the headers are good and the body fits in MaxBodyMemory now, else the
+// refusal (and fasthttp closes the connection).
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	ep, _, name := s.precheck(ctx)
+	if ep != nil {
+		if s.bodyFits(ctx.Request.Header.ContentLength()) {
+			return fasthttp.StatusContinue
+		}
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, bodyRetryAfter)
+		writeError(ctx, errBodyMemory)
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.HTTPRequest(name, ctx.Response.StatusCode(), 0)
+	}
+	return ctx.Response.StatusCode()
 }
 
 // authorize checks the bearer token; it writes the 401 or 403 reply and returns false
@@ -263,23 +404,33 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 	return true
 }
 
-// handleReadError answers requests fasthttp could not read (a body over MaxBody,
-// malformed HTTP).
+// handleReadError answers requests fasthttp could not read (malformed HTTP, a header
+// too large, a body cut short or sent too slowly) and logs them, rate limited, with the
+// method, route, remote address and the kind of error only: the error's text quotes the
+// request, Authorization header included.
 func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, &apiError{status: 413, code: CodeTooLarge,
-			msg: "the request body is over the limit of " + strconv.Itoa(s.cfg.MaxBody) + " bytes"})
-	} else {
-		writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request"})
+	kind := errorKind(err)
+	switch kind {
+	case "body_too_large":
+		writeError(ctx, s.tooLarge())
+	case "header_too_large":
+		writeError(ctx, &apiError{status: 431, code: CodeInvalid, msg: "the request headers are too large"})
+	case "timeout":
+		writeError(ctx, &apiError{status: 408, code: CodeInvalid, msg: "the request was not sent in time"})
+	default:
+		writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request (" + kind + ")"})
 	}
+	route := s.routeName(ctx)
+	s.logLimited(ctx, &s.reqLog, slog.LevelInfo, "request not read", "method", safeMethod(ctx.Method()),
+		"route", route, "remote_addr", ctx.RemoteAddr().String(), "error_kind", kind, "status", ctx.Response.StatusCode())
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.HTTPRequest(s.routeName(ctx), ctx.Response.StatusCode(), 0)
+		s.cfg.Metrics.HTTPRequest(route, ctx.Response.StatusCode(), 0)
 	}
 }
 
 // routeName is the Metrics label of a request's route ("unmatched" when none).
 func (s *Server) routeName(ctx *fasthttp.RequestCtx) string {
-	r, _ := match(string(ctx.Path()))
+	r, _, _ := match(rawPath(ctx))
 	if r < 0 {
 		return "unmatched"
 	}

@@ -44,7 +44,8 @@ func TestOpenAPI_MatchesRouter(t *testing.T) {
 	// The documented paths, with their parameters filled in, reach those routes.
 	fill := strings.NewReplacer("{id}", "job-1.a_b~c", "{run}", "job-1:1700000000000", "{queue}", "mail")
 	for path := range doc.Paths {
-		r, p := match(fill.Replace(path))
+		r, p, bad := match(fill.Replace(path))
+		require.False(t, bad)
 		require.GreaterOrEqual(t, r, 0, path)
 		require.Equal(t, path, patterns[r])
 		if strings.Contains(path, "{") {
@@ -59,33 +60,52 @@ func TestMatch(t *testing.T) {
 		path    string
 		pattern string
 		param   string
+		bad     bool
 	}{
-		{"/v1/jobs", "/v1/jobs", ""},
-		{"/v1/jobs:batch", "/v1/jobs:batch", ""},
-		{"/v1/jobs/abc", "/v1/jobs/{id}", "abc"},
-		{"/v1/jobs/abc:pause", "/v1/jobs/{id}:pause", "abc"},
-		{"/v1/jobs/abc:resume", "/v1/jobs/{id}:resume", "abc"},
-		{"/v1/jobs/abc:trigger", "/v1/jobs/{id}:trigger", "abc"},
-		{"/v1/jobs/abc:other", "/v1/jobs/{id}", "abc:other"},
-		{"/v1/jobs/runs", "/v1/jobs/{id}", "runs"},
-		{"/v1/jobs/abc/runs", "/v1/jobs/{id}/runs", "abc"},
-		{"/v1/dead/j:123", "/v1/dead/{run}", "j:123"},
-		{"/v1/dead/j:123:requeue", "/v1/dead/{run}:requeue", "j:123"},
-		{"/v1/dead/requeue", "/v1/dead/{run}", "requeue"},
-		{"/v1/queues/q:pause", "/v1/queues/{queue}:pause", "q"},
-		{"/v1/queues/q:resume", "/v1/queues/{queue}:resume", "q"},
-		{"/v1/queues/q", "", ""},
-		{"/v1/jobs/", "", ""},
-		{"/v1/jobs/:pause", "", ""},
-		{"/v1/jobs//runs", "", ""},
-		{"/v1/jobs/a/b", "", ""},
-		{"/v1/dead/", "", ""},
-		{"/v1/dead/:requeue", "", ""},
-		{"/v1/queues/:pause", "", ""},
-		{"/v1", "", ""},
-		{"", "", ""},
+		{"/v1/jobs", "/v1/jobs", "", false},
+		{"/v1/jobs:batch", "/v1/jobs:batch", "", false},
+		{"/v1/jobs/abc", "/v1/jobs/{id}", "abc", false},
+		{"/v1/jobs/abc:pause", "/v1/jobs/{id}:pause", "abc", false},
+		{"/v1/jobs/abc:resume", "/v1/jobs/{id}:resume", "abc", false},
+		{"/v1/jobs/abc:trigger", "/v1/jobs/{id}:trigger", "abc", false},
+		{"/v1/jobs/abc:other", "/v1/jobs/{id}", "abc:other", false},
+		{"/v1/jobs/runs", "/v1/jobs/{id}", "runs", false},
+		{"/v1/jobs/abc/runs", "/v1/jobs/{id}/runs", "abc", false},
+		{"/v1/dead/j:123", "/v1/dead/{run}", "j:123", false},
+		{"/v1/dead/j:123:requeue", "/v1/dead/{run}:requeue", "j:123", false},
+		{"/v1/dead/requeue", "/v1/dead/{run}", "requeue", false},
+		{"/v1/queues/q:pause", "/v1/queues/{queue}:pause", "q", false},
+		{"/v1/queues/q:resume", "/v1/queues/{queue}:resume", "q", false},
+		{"/v1/queues/q", "", "", false},
+		{"/v1/jobs/", "", "", false},
+		{"/v1/jobs/:pause", "", "", false},
+		{"/v1/jobs//runs", "", "", false},
+		{"/v1/jobs/a/b", "", "", false},
+		{"/v1/dead/", "", "", false},
+		{"/v1/dead/:requeue", "", "", false},
+		{"/v1/queues/:pause", "", "", false},
+		{"/v1", "", "", false},
+		{"", "", "", false},
+		// Split as sent, then each parameter decoded on its own.
+		{"/v1/jobs/a%2Fb", "/v1/jobs/{id}", "a/b", false},
+		{"/v1/jobs/..%2F..%2Fmetrics", "/v1/jobs/{id}", "../../metrics", false},
+		{"/v1/jobs/..%2Fqueues%2Fdefault:pause", "/v1/jobs/{id}:pause", "../queues/default", false},
+		{"/v1/jobs/../queues/default:pause", "", "", false},
+		{"/v1/jobs/..", "/v1/jobs/{id}", "..", false},
+		{"/v1/jobs/%2E%2E/runs", "/v1/jobs/{id}/runs", "..", false},
+		{"/v1/jobs/x%3Apause", "/v1/jobs/{id}:pause", "x", false},
+		{"/v1/jobs/%3Apause", "", "", false},
+		{"/v1/jobs/a%2Db", "/v1/jobs/{id}", "a-b", false},
+		{"/v1/jobs/a+b", "/v1/jobs/{id}", "a+b", false},
+		{"/v1/dead/j%3A1:requeue", "/v1/dead/{run}:requeue", "j:1", false},
+		{"/v1/queues/q%2F..:pause", "/v1/queues/{queue}:pause", "q/..", false},
+		{"/v1/jobs%3Abatch", "", "", false},
+		{"/v1/%6Aobs", "", "", false},
+		{"/v1/jobs/%zz", "/v1/jobs/{id}", "%zz", true},
+		{"/v1/jobs/%zz:pause", "/v1/jobs/{id}:pause", "%zz", true},
+		{"/v1/queues/%zz", "", "", false},
 	} {
-		r, p := match(tc.path)
+		r, p, bad := match(tc.path)
 		if tc.pattern == "" {
 			require.Equal(t, -1, r, tc.path)
 			continue
@@ -93,6 +113,7 @@ func TestMatch(t *testing.T) {
 		require.GreaterOrEqual(t, r, 0, tc.path)
 		require.Equal(t, tc.pattern, patterns[r], tc.path)
 		require.Equal(t, tc.param, p, tc.path)
+		require.Equal(t, tc.bad, bad, tc.path)
 	}
 }
 
@@ -116,4 +137,28 @@ func TestRateTracker(t *testing.T) {
 	require.Equal(t, []float64{0}, rt.update(t0.Add(6*time.Second), qs(10)))
 	// Queue b left: its sample is dropped.
 	require.Len(t, rt.samples, 1)
+}
+
+// FuzzMatch checks that a parameter that passes its validation is one plain segment: no
+// slash, no dot segment, and the path built back from it reaches the same route.
+func FuzzMatch(f *testing.F) {
+	for _, p := range []string{"/v1/jobs/a", "/v1/jobs/..%2Fmetrics", "/v1/jobs/a:pause", "/v1/jobs/%2E%2E/runs",
+		"/v1/dead/j:1:requeue", "/v1/queues/q%3Apause", "/v1/jobs/%zz", "/v1/jobs/a%2Fb:trigger", "/v1/jobs:batch"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		r, p, bad := match(path)
+		if r < 0 || checkParam(r, p, bad) != nil || paramField[r] == "" {
+			return
+		}
+		require.False(t, bad)
+		require.NotContains(t, p, "/")
+		require.NotEqual(t, ".", p)
+		require.NotEqual(t, "..", p)
+		built := strings.Replace(patterns[r], "{"+paramField[r]+"}", p, 1)
+		r2, p2, bad2 := match(built)
+		require.Equal(t, r, r2, built)
+		require.Equal(t, p, p2, built)
+		require.False(t, bad2)
+	})
 }

@@ -73,12 +73,21 @@ type Config struct {
 	// MaxBody bounds a request body in bytes. Default: room for MaxBatch jobs of
 	// the store's maximum payload, capped at 64 MiB.
 	MaxBody int
-	// MaxBacklog is the most runs ready or in flight (over all queues) before creates are
-	// refused with 429 and Retry-After. 0 means no limit.
+	// MaxBodyMemory bounds the bytes of request bodies held at once, over all the
+	// requests being read or served: a request whose body does not fit is answered 503
+	// with Retry-After before its body is read. A body is read only once its request is
+	// routed and authenticated. Default 2 × MaxBody; at least MaxBody.
+	MaxBodyMemory int64
+	// MaxBacklog is the number of runs ready or in flight (over all queues) at which
+	// creates are refused with 429 and Retry-After. 0 means no limit. The backlog is
+	// measured every BacklogRefresh; in between, the server adds the runs its own creates
+	// made ready. So creates through one server take the backlog past MaxBacklog by less
+	// than one request's jobs (a single create never does); n servers each count their
+	// own, and together can admit up to (n-1) x MaxBacklog more before the next measure.
 	MaxBacklog int64
 	// BacklogRefresh is how long a measured backlog is reused before creates measure it
-	// again (one request measures while the others use the previous figure). Default
-	// 500ms. Only used with MaxBacklog.
+	// again (one request measures while the others use the previous figure plus the runs
+	// admitted since). Default 500ms. Only used with MaxBacklog.
 	BacklogRefresh time.Duration
 	// RedisTimeout bounds every Redis call a request makes. Default 5s.
 	RedisTimeout time.Duration
@@ -106,6 +115,9 @@ func (c Config) withDefaults() Config {
 		per := int64(maxPayload)*4/3 + perJobOverhead
 		c.MaxBody = int(min(int64(c.MaxBatch)*per, maxDefaultBody))
 	}
+	if c.MaxBodyMemory == 0 {
+		c.MaxBodyMemory = 2 * int64(c.MaxBody)
+	}
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = DefaultRedisTimeout
 	}
@@ -126,6 +138,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: MaxBatch: must be at least 1, got %d", c.MaxBatch)
 	case c.MaxBody < 1:
 		return fmt.Errorf("ingest: MaxBody: must be at least 1, got %d", c.MaxBody)
+	case c.MaxBodyMemory < int64(c.MaxBody):
+		return fmt.Errorf("ingest: MaxBodyMemory: must be at least MaxBody (%d), got %d", c.MaxBody, c.MaxBodyMemory)
 	case c.MaxBacklog < 0:
 		return fmt.Errorf("ingest: MaxBacklog: must not be negative, got %d", c.MaxBacklog)
 	case c.BacklogRefresh < 0:
@@ -165,8 +179,12 @@ type Server struct {
 
 	backlog  backlogCache
 	rates    rateTracker
-	errLog   logLimiter
+	errLog   logLimiter   // internal errors
+	reqLog   logLimiter   // requests fasthttp could not read
+	fhLog    logLimiter   // fasthttp's own messages
 	inflight atomic.Int64 // requests inside the handler
+	admitted atomic.Int64 // runs made ready by this server's creates, ever (backlog.go)
+	bodyMem  atomic.Int64 // bytes of MaxBodyMemory held by requests
 
 	mu          sync.Mutex
 	lns         []net.Listener
@@ -197,29 +215,42 @@ func New(cfg Config) (*Server, error) {
 		maxPayload: cfg.Store.Config().MaxPayload,
 		now:        time.Now,
 		quit:       make(chan struct{}),
+		errLog:     logLimiter{every: logEvery},
+		reqLog:     logLimiter{every: logEvery},
+		fhLog:      logLimiter{every: logEvery},
 	}
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, tokenSum{sum: sha256.Sum256([]byte(t.Secret)), scope: t.Scope})
 	}
 	s.routes = s.buildRoutes()
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		ErrorHandler:          s.handleReadError,
-		Name:                  "tock",
-		MaxRequestBodySize:    cfg.MaxBody,
-		ReadTimeout:           time.Minute,
-		WriteTimeout:          time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		CloseOnShutdown:       true,
-		NoDefaultServerHeader: true,
-		Logger:                fasthttpLogger{s.log},
+		Handler:            s.handle,
+		ErrorHandler:       s.handleReadError,
+		ExpectHandler:      s.expectContinue,
+		Name:               "tock",
+		MaxRequestBodySize: cfg.MaxBody,
+		// The handler reads bodies itself, once it has authenticated the request, and
+		// within MaxBodyMemory (body.go).
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  time.Minute,
+		WriteTimeout:                 time.Minute,
+		IdleTimeout:                  2 * time.Minute,
+		CloseOnShutdown:              true,
+		NoDefaultServerHeader:        true,
+		// fasthttp's errors quote the request, headers included: they are logged as a
+		// kind only (logging.go), and this keeps them shorter anyway.
+		SecureErrorLogMessage: true,
+		Logger:                fasthttpLogger{s},
 	}
 	return s, nil
 }
 
 // Handler returns the request handler, for tests and for embedding in another
-// fasthttp server (which should bound bodies to Config.MaxBody itself; the handler
-// refuses longer ones, but only once they have been read).
+// fasthttp server. That server should set StreamRequestBody, so that bodies are read only
+// after authentication and within Config.MaxBodyMemory; without it, fasthttp reads them
+// first (bound them with its MaxRequestBodySize), and the handler refuses the ones over
+// Config.MaxBody once they have been read.
 func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
 
 // Start listens on Config.Addr and serves until Stop or until ctx ends. It returns once
@@ -355,39 +386,4 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// fasthttpLogger routes fasthttp's own messages to the logger.
-type fasthttpLogger struct{ l *slog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn(fmt.Sprintf(format, args...), "source", "fasthttp")
-}
-
-// logLimiter lets one error log through per second and counts the others.
-type logLimiter struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// logError logs an internal error, at most once per second (the count of the ones left
-// out goes with the next).
-func (s *Server) logError(ctx context.Context, msg string, err error, attrs ...any) {
-	l := &s.errLog
-	l.mu.Lock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
-		l.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	n := l.suppressed
-	l.suppressed, l.last = 0, now
-	l.mu.Unlock()
-	attrs = append(attrs, "error", err)
-	if n > 0 {
-		attrs = append(attrs, "suppressed", n)
-	}
-	s.log.ErrorContext(ctx, msg, attrs...)
 }

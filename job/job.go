@@ -262,7 +262,8 @@ type Job struct {
 	ID string `json:"id,omitempty"`
 	// Queue is what workers subscribe to. Default "default". 1 to 64 of [A-Za-z0-9._~-].
 	Queue string `json:"queue,omitempty"`
-	// Type names the handler inside the worker. Required, 1 to 128 printable characters.
+	// Type names the handler inside the worker. Required, 1 to 128 bytes of text (see
+	// ValidateText).
 	Type string `json:"type"`
 	// Payload is handed to the handler unchanged (opaque bytes, may be empty).
 	Payload []byte `json:"payload,omitempty"`
@@ -338,10 +339,8 @@ func (j *Job) Normalize(maxPayload int) error {
 	if len(j.Type) > MaxTypeLen {
 		return fieldErr("type", "longer than %d bytes", MaxTypeLen)
 	}
-	for _, r := range j.Type {
-		if r < 0x20 || r == 0x7f {
-			return fieldErr("type", "contains a control character")
-		}
+	if err := ValidateText("type", j.Type); err != nil {
+		return err
 	}
 	if len(j.Payload) > maxPayload {
 		return &FieldError{Field: "payload", Msg: fmt.Sprintf("%d bytes is over the limit of %d bytes", len(j.Payload), maxPayload)}
@@ -377,13 +376,16 @@ func (j *Job) Normalize(maxPayload int) error {
 	return nil
 }
 
-// ValidateID checks an identifier: 1 to max bytes of [A-Za-z0-9._~-].
+// ValidateID checks an identifier: 1 to max bytes of [A-Za-z0-9._~-], not "." or "..".
 func ValidateID(field, id string, max int) error {
 	if id == "" {
 		return fieldErr(field, "must not be empty")
 	}
 	if len(id) > max {
 		return fieldErr(field, "longer than %d bytes", max)
+	}
+	if isDotSegment(id) {
+		return fieldErr(field, "%q is not allowed: a URL path cannot address it", id)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]

@@ -329,7 +329,10 @@ var settings = []*setting{
 			return nil
 		}},
 	{flag: "max-backlog", arg: "N", def: "0", cmds: cmdServer | cmdIngest,
-		help: "refuse creates with 429 while more runs than this are ready or in flight (0: no limit)",
+		help: "refuse creates with 429 while this many runs are ready or in flight (0: no limit). The backlog is measured " +
+			"every 500ms and each API process adds the runs its own creates made ready since, so creates through one process " +
+			"take it past the limit by less than one request's jobs (a batch; a single create never does); n API processes " +
+			"together by up to (n-1) times the limit more",
 		parse: func(c *config, v string) (err error) {
 			c.maxBacklog, err = parseCount(v, 0, 1<<62)
 			return err
