@@ -153,7 +153,9 @@ func (tb *bundle) do(method, path string, body []byte, headers ...string) reply 
 	}
 	require.NoError(tb.t, tb.hc.DoTimeout(req, resp, 30*time.Second))
 	r := reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...), header: map[string]string{}}
-	resp.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
+	for k, v := range resp.Header.All() {
+		r.header[string(k)] = string(v)
+	}
 	return r
 }
 
@@ -175,7 +177,9 @@ func (tb *bundle) doRaw(req *fasthttp.Request) reply {
 	defer fasthttp.ReleaseResponse(resp)
 	require.NoError(tb.t, resp.Read(bufio.NewReader(c)))
 	r := reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...), header: map[string]string{}}
-	resp.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
+	for k, v := range resp.Header.All() {
+		r.header[string(k)] = string(v)
+	}
 	return r
 }
 
