@@ -86,37 +86,48 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 	if err != nil || len(reply) != 5 {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
-	now := ms(i64(reply[0]))
-	at := i64(reply[2])
-	firstTok := str(reply[3])
 	raw := arr(reply[1])
+	runs := make([]string, len(raw))
+	for i, m := range raw {
+		runs[i] = str(m)
+	}
+	out, err := parseClaimRuns(q.Shard, ms(i64(reply[0])), str(reply[3]), runs)
+	if err != nil {
+		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %w", q.Shard, q.Queue, err)}
+	}
+	return ClaimResult{Runs: out, At: i64(reply[2]), More: i64(reply[4]) == 1}
+}
+
+// parseClaimRuns decodes the runs of a claim_runs reply (see its header), claimed at now
+// with firstTok as a first attempt's token.
+func parseClaimRuns(id ID, now time.Time, firstTok string, raw []string) ([]Claimed, error) {
 	out := make([]Claimed, 0, len(raw)/2)
 	for k := 0; k < len(raw); {
 		c := Claimed{
-			Shard: q.Shard, Token: firstTok, Attempt: 1, MaxAttempts: job.DefaultMaxAttempts,
+			Shard: id, Token: firstTok, Attempt: 1, MaxAttempts: job.DefaultMaxAttempts,
 			Timeout: job.DefaultTimeout, Visibility: job.DefaultVisibility, ClaimedAt: now,
 		}
-		if member := str(raw[k]); member != "" {
+		if member := raw[k]; member != "" {
 			// A packed job's first attempt: member and packed value. Only a damaged value is
 			// unreadable; the call's runs are then redelivered (below).
 			if k+1 >= len(raw) {
-				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: short reply", q.Shard, q.Queue)}
+				return nil, errors.New("short reply")
 			}
 			c.Member = member
-			if err := c.parsePacked(str(raw[k+1])); err != nil {
-				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: packed job: %w", q.Shard, q.Queue, c.Member, err)}
+			if err := c.parsePacked(raw[k+1]); err != nil {
+				return nil, fmt.Errorf("run %s: packed job: %w", c.Member, err)
 			}
 			k += 2
 		} else {
 			if k+4 >= len(raw) {
-				return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: short reply", q.Shard, q.Queue)}
+				return nil, errors.New("short reply")
 			}
-			c.Member, c.Type, c.Payload = str(raw[k+1]), str(raw[k+2]), []byte(str(raw[k+3]))
+			c.Member, c.Type, c.Payload = raw[k+1], raw[k+2], []byte(raw[k+3])
 			// Only a damaged job hash gives an unreadable rest. The call's runs are then
 			// redelivered after their visibility deadlines, as a lost worker's are.
-			if rest := str(raw[k+4]); rest != "" {
+			if rest := raw[k+4]; rest != "" {
 				if err := c.parseRest(rest); err != nil {
-					return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: run %s: %q: %w", q.Shard, q.Queue, c.Member, rest, err)}
+					return nil, fmt.Errorf("run %s: %q: %w", c.Member, rest, err)
 				}
 			}
 			k += 5
@@ -129,7 +140,7 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 		}
 		out = append(out, c)
 	}
-	return ClaimResult{Runs: out, At: at, More: i64(reply[4]) == 1}
+	return out, nil
 }
 
 // parseRest reads what claim_runs returns for a run that is not a first attempt with
