@@ -206,7 +206,7 @@ func TestRuns_KeepsLastHistory(t *testing.T) {
 // inspect reads where a run is.
 type where struct {
 	ready, inflight bool
-	state                string
+	state           string
 }
 
 func locate(t *testing.T, s *shard.Store, jobID string, member string) where {
