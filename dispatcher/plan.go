@@ -108,24 +108,48 @@ func missedOccurrences(due, now int64, next func(int64) int64) (int, []int64) {
 	if count < maxWalk || next(last) > now || next(last) <= 0 {
 		return count, ring
 	}
-	// More than maxWalk: look back from now over a span that doubles until it holds
-	// job.MaxRunAll occurrences (it starts at that many times the mean gap walked).
+	// More than maxWalk: walk (now-span, now] for a span that holds at least
+	// job.MaxRunAll occurrences and at most maxWalk, found by doubling from MaxRunAll
+	// times the mean gap walked, then bisecting (a schedule may fire in bursts). A span
+	// that reaches back to the first walk's newest joins the two walks.
 	span := max((last-due)/int64(maxWalk)*job.MaxRunAll, 1)
-	for from := now - span; ; from = now - span {
-		var tail []int64
-		if from <= last {
-			from = last
-		}
-		for t := next(from); t > 0 && t <= now && len(tail) < maxWalk; t = next(t) {
+	var lo, hi int64 // spans known to hold too few and too many occurrences (0: none yet)
+	for range 128 {
+		from := max(now-span, last)
+		tail := make([]int64, 0, job.MaxRunAll)
+		n, reached := 0, true
+		for t := next(from); t > 0 && t <= now; t = next(t) {
+			if n == maxWalk {
+				reached = false
+				break
+			}
+			if len(tail) == job.MaxRunAll {
+				copy(tail, tail[1:])
+				tail = tail[:job.MaxRunAll-1]
+			}
 			tail = append(tail, t)
+			n++
 		}
-		if from == last {
-			// Every occurrence after the first walk: they follow its newest.
-			tail = append(ring, tail...)
+		switch {
+		case !reached:
+			hi = span
+		case n < job.MaxRunAll && from > last:
+			lo = span
+		default:
+			if from == last {
+				tail = append(ring, tail...)
+				tail = tail[max(len(tail)-job.MaxRunAll, 0):]
+			}
+			return count, tail
 		}
-		if len(tail) >= job.MaxRunAll || from == last {
-			return count, tail[max(len(tail)-job.MaxRunAll, 0):]
+		if hi == 0 {
+			span *= 2
+		} else {
+			span = lo + (hi-lo)/2
 		}
-		span *= 2
+		if hi != 0 && hi-lo <= 1 {
+			break
+		}
 	}
+	return count, ring
 }

@@ -65,7 +65,7 @@ func TestPlanner_RunAllNewestBeyondTheWalk(t *testing.T) {
 	// Every second for 5 hours: more occurrences than maxWalk.
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
 	now := base + int64(5*time.Hour/time.Millisecond) + 500
-	for _, cron := range []string{"* * * * * *", "*/3 * 12-17 * * *"} {
+	for _, cron := range []string{"* * * * * *", "*/3 * 12-17 * * *", "* * 12,13,14,16,17 * * *"} {
 		e := shard.DueEntry{Member: "j:1", Due: base, Score: base, Kind: shard.KindCron, Cron: cron,
 			Misfire: "run_all", MisfireAfter: time.Minute}
 		p := newPlanner().plan(e, now)
@@ -100,4 +100,17 @@ func TestAssign_EveryShardOnce(t *testing.T) {
 		mine += len(assign([]string{"a", "b", "c"}, m, 2))
 	}
 	require.Equal(t, 2, mine)
+}
+
+// A schedule that fires in a burst long ago (every second of 1 January, looked at in
+// February): the newest occurrences are the burst's last, not its first.
+func TestPlanner_RunAllNewestOfABurst(t *testing.T) {
+	t.Parallel()
+	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := shard.DueEntry{Member: "j:1", Due: jan1.UnixMilli(), Score: jan1.UnixMilli(), Kind: shard.KindCron,
+		Cron: "* * * 1 1 *", Misfire: "run_all", MisfireAfter: time.Minute}
+	p := newPlanner().plan(e, time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	require.Len(t, p.Fires, 100)
+	require.Equal(t, jan1.Add(24*time.Hour-time.Second).UnixMilli(), p.Fires[99])
+	require.Equal(t, jan1.Add(24*time.Hour-100*time.Second).UnixMilli(), p.Fires[0])
 }

@@ -39,6 +39,28 @@ local worker, nonce = ARGV[3], ARGV[4]
 
 local now, nowUs, nowStr = now_ms()
 local out = {}
+-- A first attempt gets the same token in every run of the call.
+local firstTok = '1-' .. nonce
+-- Runs that start now (not fired ahead) left to take.
+local nowLeft = tonumber(ARGV[6] ~= nil and ARGV[6] ~= '' and ARGV[6] or '0')
+if nowLeft == 0 then
+  nowLeft = n
+elseif nowLeft < 0 then
+  nowLeft = 0
+  -- Only runs fired ahead may be taken: when the set's first run starts now (due by now,
+  -- and no retry time after now), the claim stops before reading the n runs.
+  local head = redis.call('ZRANGE', readyKey, '0', '0')[1]
+  if not head or head == READY_PIN then
+    return { now, out, nowUs, firstTok, 0 }
+  end
+  local hid, hdue = string.match(head, '^([^:]*):(.*)$')
+  if later_ms(hdue, nowStr) == nowStr then
+    local rv = redis.call('HGET', P .. 'job:' .. hid, 'r' .. hdue)
+    if later_ms(nowStr, rv and run_get(rv).ra or '') == nowStr then
+      return { now, out, nowUs, firstTok, 1 }
+    end
+  end
+end
 -- The pin first: a new inflight set is then a skiplist from the start (common's INFLIGHT_PIN).
 local inflight = { '+inf', INFLIGHT_PIN }
 -- ZRANGE and ZREMRANGEBYRANK rather than ZPOPMIN, whose scores Redis would format with
@@ -52,17 +74,8 @@ if popped[#popped] == READY_PIN then
 elseif #popped < n then
   more = 0
 end
--- A first attempt gets the same token in every run of the call.
-local firstTok = '1-' .. nonce
 if #popped == 0 then
   return { now, out, nowUs, firstTok, 0 }
-end
--- Runs that start now (not fired ahead) left to take.
-local nowLeft = tonumber(ARGV[6] ~= nil and ARGV[6] ~= '' and ARGV[6] or '0')
-if nowLeft == 0 then
-  nowLeft = n
-elseif nowLeft < 0 then
-  nowLeft = 0
 end
 -- Entries walked, in order: taken, or dropped as orphans. They leave the set by rank.
 local walked = #popped

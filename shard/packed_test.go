@@ -804,3 +804,31 @@ func TestClaim_NowBoundsTheRunsThatStartAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// A retry fired ahead of its retry time is a run held for its start, though its member
+// names an earlier due time: a claim that may take no run that starts now takes it.
+func TestClaim_RetryFiredAheadIsHeldNotDue(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.Create(ctx, []*job.Job{{ID: "r", Type: "t", Schedule: job.Schedule{Now: true},
+			Retry: job.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Minute, Jitter: -1}}})
+		require.NoError(t, err)
+		c, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Failed, Error: "x"}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Minute)[0]
+		fd, err := s.FireDue(ctx, lease.Lease, 10, 2*time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, 1, fd.Fired)
+		r := s.ClaimMany(ctx, []shard.ClaimRequest{{Shard: 0, Queue: "default", N: 5, Now: -1}}, "w", "n")[0]
+		require.NoError(t, r.Err)
+		require.Len(t, r.Runs, 1)
+		require.Equal(t, 2, r.Runs[0].Attempt)
+		require.True(t, r.Runs[0].StartAt.After(r.Runs[0].ClaimedAt.Add(50*time.Second)))
+		shardtest.CheckCounts(t, s)
+	})
+}

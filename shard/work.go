@@ -256,7 +256,7 @@ const (
 )
 
 // Extend pushes the visibility deadlines of runs held on one shard and reports, per
-// run, ExtendOK, ExtendCancelled or ExtendLost.
+// run, ExtendOK, ExtendCancelled, ExtendHold or ExtendLost.
 func (s *Store) Extend(ctx context.Context, id ID, held []Held) ([]int, error) {
 	args := make([]string, 0, 2+2*len(held))
 	args = append(args, s.keys.Prefix(id), strconv.Itoa(len(held)))

@@ -125,6 +125,11 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, now, ahead
 		}
 	}
 	sources := min(max(free/minClaimPerSource, 1), maxClaimSources)
+	// The free slots go to as few sources as take minClaimPerSource each, the first of
+	// the round (a claim call costs Redis about as much as a few runs, so slots spread
+	// thin would make one call per run or two when runs are due now); the others claim
+	// only runs held until their start time.
+	nowSources := min(max(now/minClaimPerSource, 1), sources)
 	lateIn := 0 // late sources in reqs, first
 	for len(order) > 0 && len(reqs) < sources {
 		var src source
@@ -137,9 +142,9 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, now, ahead
 			reqs = append(reqs, req)
 			continue
 		}
-		// A late source takes a free slot or waits for a round that has one: without
-		// one its claim would stop at its head again.
-		if lateIn >= now {
+		// A late source takes free slots or waits for a round that has them for it:
+		// without, its claim would stop at its head again.
+		if lateIn >= nowSources {
 			continue
 		}
 		reqs = append(reqs, req)
@@ -147,25 +152,38 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, now, ahead
 		reqs[lateIn] = req
 		lateIn++
 	}
-	// Share what may be claimed: every source gets at least one run, the first ones the
-	// rest, and none more than a claim takes (shard.MaxClaim): a claim that fills what it
-	// asked for keeps its source hot, so what is left over goes to the next round at
-	// once. The free slots are shared the same way; a source whose share is none claims
-	// only runs held until their start time.
-	share := func(total, i int) int {
-		n := total / len(reqs)
-		if i < total%len(reqs) {
-			n++
+	// Share what may be claimed: the free slots among the first nowSources sources, the
+	// runs to hold among all, the first ones the rest, and none more than a claim takes
+	// (shard.MaxClaim): a claim that fills what it asked for keeps its source hot, so
+	// what is left over goes to the next round at once. A source that would get nothing
+	// is left out.
+	share := func(total, n, i int) int {
+		v := total / n
+		if i < total%n {
+			v++
 		}
-		return n
+		return v
 	}
-	for i := range reqs {
-		reqs[i].N = min(share(free, i), shard.MaxClaim)
-		reqs[i].Now = min(share(now, i), reqs[i].N)
-		if reqs[i].Now == 0 {
-			reqs[i].Now = -1
+	k := min(nowSources, len(reqs))
+	out := reqs[:0]
+	for i, req := range reqs {
+		n, nowN := share(max(ahead, 0), len(reqs), i), -1
+		if i < k {
+			nowN = share(now, k, i)
+			n += nowN
+			if i < lateIn {
+				// Its head starts now: what it may take beyond its slots comes after the
+				// runs due, which the claim may not reach.
+				n = nowN
+			}
+		}
+		req.N = min(n, shard.MaxClaim)
+		req.Now = min(nowN, req.N)
+		if req.N > 0 {
+			out = append(out, req)
 		}
 	}
+	reqs = out
 	return order, reqs
 }
 
@@ -183,9 +201,13 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			continue
 		}
 		src := source{req.Queue, req.Shard}
-		if req.Now < 0 && res.More && len(res.Runs) == 0 {
+		// A claim that stopped short of what it asked for with runs left met a run that
+		// starts now beyond its free slots: the source is late until a claim takes a run
+		// held for its start time (its head is then ahead again) or finds it empty.
+		switch n := len(res.Runs); {
+		case res.More && n < min(req.N, shard.MaxClaim):
 			w.late[src] = true
-		} else if req.Now >= 0 {
+		case !res.More || (n > 0 && res.Runs[n-1].StartAt.After(res.Runs[n-1].ClaimedAt)):
 			delete(w.late, src)
 		}
 		// A claim that took what it asked for, or stopped at a run that did not fit,
@@ -210,9 +232,17 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 		clock := w.clockOf(req.Shard, clockRef{local: got, redis: claimed})
 		for k := range res.Runs {
 			a := &active{c: res.Runs[k], queue: req.Queue, extended: got, clock: clock}
+			if old := w.held[a.c.Member]; old != nil && old.reporting {
+				// Handed back (its job was paused or changed) and claimed again before the
+				// hand-back's report returned: the old entry no longer counts (done leaves
+				// the new one).
+				old.reporting = false
+				w.reporting--
+			}
 			w.held[a.c.Member] = a
 			// A run fired ahead of its time waits for it (clockRef.until).
 			if wait := clock.until(a.c.StartAt, got); wait > 0 {
+				w.aheadSeen = got
 				w.waiting++
 				a.wait = time.AfterFunc(wait, func() { w.release(a) })
 				continue
@@ -240,17 +270,36 @@ func (w *Worker) release(a *active) {
 // once, are the free handler slots plus prefetch (less the held runs that take one:
 // queued for a handler, or running; a run whose outcome only waits for the reporter
 // takes none, nor does one waiting for its start time); ahead, runs fired ahead of their
-// start time, fill holdCap, and only while now is not 0. So at most Concurrency+
-// Prefetch+Hold runs are queued or running, the capacity of w.runs: pushing never
-// blocks. Called with w.mu held.
+// start time, fill holdCap, only while now is not 0 and while claims meet such runs
+// (aheadSeen, within aheadFor: without a dispatcher's lead there are none, and room to
+// hold them would only widen claim rounds). A round takes at most now+ahead runs, and
+// runs waiting beyond holdCap take slots, so runs queued, running and waiting never
+// number more than Concurrency+Prefetch+Hold, within the capacity of w.runs (twice the
+// slots plus Hold): pushing never blocks. Called with w.mu held.
 func (w *Worker) claimable() (now, ahead int) {
 	slots := w.cfg.Concurrency + w.cfg.Prefetch
 	now = slots - (len(w.held) - w.reporting - w.waiting)
 	if now <= 0 {
 		return 0, 0
 	}
-	return now, max(w.holdCap()-w.waiting, 0)
+	// Runs held beyond holdCap take slots: a claim may take runs fired ahead up to its
+	// whole N whatever its share of them, and without this a worker whose ready sets
+	// hold only such runs would take more every round.
+	hold := w.holdCap()
+	now -= max(w.waiting-hold, 0)
+	if now <= 0 {
+		return 0, 0
+	}
+	if time.Since(w.aheadSeen) > aheadFor {
+		return now, 0
+	}
+	return now, max(hold-w.waiting, 0)
 }
+
+// aheadFor is how long after its last claim of a run fired ahead of its start time a
+// worker keeps room to hold more (claimable). A claim without that room still takes
+// such runs, within what it may take: the first one turns the room on again.
+const aheadFor = time.Second
 
 // holdCap bounds the runs held ahead of their start time: as many as the handlers can
 // start within holdHorizon at their mean duration (guessed as firstMeanRun until one is

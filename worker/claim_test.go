@@ -138,10 +138,23 @@ func TestNextRound_SharesFreeSlotsAmongFewSources(t *testing.T) {
 	// as runs that may start now, and a source whose share is none takes only held runs.
 	_, reqs = w.nextRound(nil, nil, 1, 4*minClaimPerSource-1)
 	require.Len(t, reqs, 4)
-	require.Equal(t, shard.ClaimRequest{Shard: reqs[0].Shard, Queue: "default", N: minClaimPerSource, Now: 1}, reqs[0])
-	for _, r := range reqs[1:] {
-		require.Equal(t, minClaimPerSource, r.N)
+	require.Equal(t, shard.ClaimRequest{Shard: reqs[0].Shard, Queue: "default", N: minClaimPerSource + 1, Now: 1}, reqs[0])
+	for i, r := range reqs[1:] {
+		require.Equal(t, minClaimPerSource-i/2, r.N) // 64, 64, 63: 255 shared
 		require.Equal(t, -1, r.Now)
+	}
+	// Free slots go to as few sources as take minClaimPerSource each: with runs due now
+	// (no lead), slots spread over every source would claim a run or two per call.
+	_, reqs = w.nextRound(nil, nil, 2*minClaimPerSource, 2*minClaimPerSource)
+	require.Len(t, reqs, 4)
+	for i, r := range reqs {
+		if i < 2 {
+			require.Equal(t, minClaimPerSource, r.Now)
+			require.Equal(t, minClaimPerSource+minClaimPerSource/2, r.N)
+		} else {
+			require.Equal(t, -1, r.Now)
+			require.Equal(t, minClaimPerSource/2, r.N)
+		}
 	}
 }
 
@@ -233,13 +246,24 @@ func TestNextRound_LateSourcesTakeTheFreeSlotsFirst(t *testing.T) {
 	require.Len(t, reqs, 4)
 	require.Equal(t, shard.ID(2), reqs[0].Shard, "the late source first")
 	require.Equal(t, 1, reqs[0].Now)
+	require.Equal(t, 1, reqs[0].N, "a late source takes what its slots allow")
 	for _, r := range reqs[1:] {
 		require.Equal(t, -1, r.Now)
 	}
-	// A claim with a slot clears it.
+	// A claim that takes the run due now and stops at the next is still late; one that
+	// reaches a run held for its start time is not.
 	req[0].Now = 1
-	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:1", Token: "t"}}}}, time.Now())
-	require.False(t, w.late[late])
+	now := time.Now()
+	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:1", Token: "t", ClaimedAt: now, StartAt: now}}}}, now)
+	require.True(t, w.late[late])
+	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:2", Token: "t", ClaimedAt: now, StartAt: now},
+		{Shard: 2, Member: "l:3", Token: "t", ClaimedAt: now, StartAt: now.Add(time.Second)}}}}, now)
+	require.True(t, w.late[late], "stopped short: it met another run due now")
+	req[0].N = 2
+	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:4", Token: "t", ClaimedAt: now, StartAt: now},
+		{Shard: 2, Member: "l:5", Token: "t", ClaimedAt: now, StartAt: now.Add(time.Second)}}}}, now)
+	require.False(t, w.late[late], "its head is a held run again")
+	req[0].N = 10
 
 	// Late again, and no free slot to give: it waits.
 	req[0].Now = -1

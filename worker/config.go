@@ -79,11 +79,12 @@ type Config struct {
 	// (dispatcher.Config.Lead) which the worker holds until their start time on the
 	// Redis clock (Claimed.StartAt). They take no handler slot while they wait, so the
 	// runs of a lead window are claimed ahead whatever the concurrency. The worker claims
-	// such runs only while a handler slot is free, and no more than its handlers can
-	// start within a second at their mean duration (at least Concurrency+Prefetch), so a
-	// worker whose handlers are slow leaves them to other workers. A held run whose job
-	// is paused or changed before its start is handed back (it is not started). Default
-	// DefaultHold; at most 100000.
+	// such runs only while a handler slot is free, and holds no more than its handlers
+	// can start within a second at their mean duration (but Concurrency+Prefetch when
+	// that is more, and Hold when that is less; more take slots), so a worker whose
+	// handlers are slow leaves them to other workers. A held run whose job is paused or
+	// changed before its start is handed back (it is not started); a queue paused
+	// meanwhile does not stop it. Default DefaultHold; at most 100000.
 	Hold int
 	// ID names the worker in run history: 1 to 100 of [A-Za-z0-9._~-]. Default: host
 	// name plus a random suffix.

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -149,4 +150,79 @@ func (w *Worker) waitingCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.waiting
+}
+
+// Runs fired ahead fill at most Concurrency+Prefetch+Hold places, however many a ready
+// set holds: a claim may take such runs up to its whole N, and runs waiting beyond
+// holdCap take slots, so rounds stop. Before, waiting runs grew every round until their
+// timers, pushing into w.runs under w.mu, blocked the worker for good.
+func TestClaimable_RunsHeldAheadStayBounded(t *testing.T) {
+	_, c := redistest.Mini(t)
+	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: "wb", Shards: 1})
+	require.NoError(t, err)
+	ctx := context.Background()
+	now, err := s.ServerNow(ctx)
+	require.NoError(t, err)
+	due := now.Add(30 * time.Second)
+	var jobs []*job.Job
+	for i := range 200 {
+		jobs = append(jobs, &job.Job{ID: "b" + strconv.Itoa(i), Type: "t", Schedule: job.Schedule{At: due.Add(time.Duration(i) * time.Millisecond)}})
+	}
+	_, err = s.Create(ctx, jobs)
+	require.NoError(t, err)
+	lease := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Minute)[0]
+	_, err = s.FireDue(ctx, lease.Lease, 1000, time.Minute)
+	require.NoError(t, err)
+	w, err := New(Config{Store: s, Concurrency: 1, Hold: 5})
+	require.NoError(t, err)
+	w.markAllHot()
+	defer func() {
+		for _, a := range w.held {
+			if a.wait != nil {
+				a.wait.Stop()
+			}
+		}
+	}()
+	var order []source
+	var reqs []shard.ClaimRequest
+	for range 50 {
+		w.mu.Lock()
+		n, ahead := w.claimable()
+		order, reqs = w.nextRound(order, reqs[:0], n, ahead)
+		w.mu.Unlock()
+		if len(reqs) == 0 {
+			break
+		}
+		res := s.ClaimMany(ctx, reqs, w.cfg.ID, w.nonce)
+		w.mu.Lock()
+		w.takeClaims(reqs, res, time.Now())
+		require.LessOrEqual(t, len(w.held), 1+5, "held runs within Concurrency+Hold")
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.LessOrEqual(t, len(w.held), cap(w.runs))
+	require.Positive(t, w.waiting)
+}
+
+// A run handed back and claimed again by the same worker before the hand-back's report
+// returned keeps its new entry: the report's done must not drop it (it would go
+// without heartbeats and be redelivered while it runs), and the counts stay exact.
+func TestDone_ReclaimedRunKeepsItsNewEntry(t *testing.T) {
+	w := newTestWorker(t)
+	reqs := []shard.ClaimRequest{{Shard: 3, Queue: "default", N: 1}}
+	run := shard.Claimed{Shard: 3, Member: "r:1", Token: "t1"}
+	w.takeClaims(reqs, []shard.ClaimResult{{Runs: []shard.Claimed{run}, At: 1}}, time.Now())
+	old := <-w.runs
+	w.finish(old, nil, shard.Finish{Outcome: shard.HandBack}, time.Time{}, time.Time{}, nil)
+	require.Equal(t, 1, w.reporting)
+
+	run.Token = "t2"
+	w.takeClaims(reqs, []shard.ClaimResult{{Runs: []shard.Claimed{run}, At: 2}}, time.Now())
+	fresh := <-w.runs
+	require.Zero(t, w.reporting, "the old entry no longer counts")
+	w.done(old)
+	require.Same(t, fresh, w.held["r:1"])
+	require.Zero(t, w.reporting)
+	require.Equal(t, 3, w.claimNow())
 }

@@ -244,7 +244,11 @@ func (q *reportQueue) sent(id shard.ID, now time.Time, retry []report) {
 
 func (w *Worker) done(a *active) {
 	w.mu.Lock()
-	delete(w.held, a.c.Member)
+	// A run handed back may have been claimed again (by this worker) before its
+	// report's round trip ended: the new claim's entry stays.
+	if w.held[a.c.Member] == a {
+		delete(w.held, a.c.Member)
+	}
 	if a.reporting {
 		a.reporting = false
 		w.reporting--

@@ -94,6 +94,12 @@ func (w *Worker) signal(ch, msg string) {
 		a := w.held[member]
 		w.mu.Unlock()
 		switch {
+		case a == nil && ch == keys.HoldChannel():
+			// Maybe a run whose claim has not reached takeClaims yet: the heartbeat asks
+			// about waiting runs for a while (a paused job's run is then handed back).
+			w.mu.Lock()
+			w.recheckUntil = time.Now().Add(recheckAfterLoss)
+			w.mu.Unlock()
 		case a == nil:
 		case ch == keys.CancelChannel():
 			w.cancelRun(a, errJobCancelled)

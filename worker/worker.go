@@ -34,8 +34,10 @@ type Worker struct {
 	waiting    int
 	runsClosed bool
 	// meanRun is a moving mean of handler durations (ns), 0 until one is measured: it
-	// bounds the runs claimed ahead (Config.Hold).
-	meanRun float64
+	// bounds the runs claimed ahead (Config.Hold). aheadSeen is when a claim last took
+	// a run fired ahead of its start time (claimable).
+	meanRun   float64
+	aheadSeen time.Time
 	// recheckUntil: after a lost signal subscription, until then every heartbeat asks
 	// about the runs waiting for their start time (a hold signal may have been lost).
 	recheckUntil time.Time
@@ -130,7 +132,7 @@ func New(cfg Config) (*Worker, error) {
 		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{}, late: map[source]bool{},
 		paused:    map[string]bool{},
 		claimWake: make(chan struct{}, 1),
-		runs:      make(chan *active, cfg.Concurrency+cfg.Prefetch+cfg.Hold),
+		runs:      make(chan *active, 2*(cfg.Concurrency+cfg.Prefetch)+cfg.Hold),
 		reports:   make(chan report, cfg.Concurrency+cfg.Prefetch),
 		queues:    queues,
 		pauseErrs: limit.NewEvery(time.Minute),
