@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/redis/rueidis"
 
 	"github.com/tockhq/tock/job"
 )
@@ -615,6 +616,16 @@ func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, chang
 	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
 }
 
+// lfOf returns the latest occurrence a recurring job's dispatcher handled (its field
+// 'lf'), zero when it has none.
+func lfOf(fields map[string]string) time.Time {
+	ms, err := strconv.ParseInt(fields["lf"], 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 // Resume undoes Pause. A recurring job continues at its first occurrence after now; a
 // one-time job fires at its time (at once when that has passed). Resuming a job that is
 // not paused changes nothing (changed false).
@@ -635,7 +646,11 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 			if err != nil {
 				return "", false, err
 			}
-			if cands, err = candidates(c, est); err != nil {
+			lf, err := s.c.Do(ctx, s.c.B().Hget().Key(s.keys.Job(id, jobID)).Field("lf").Build()).ToString()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
+			}
+			if cands, err = candidatesAfter(c, est, lfOf(map[string]string{"lf": lf})); err != nil {
 				return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -401,5 +402,34 @@ func TestCancel_RecurringJobLeavesNoDeadRuns(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, dead, "a cancelled job's dead runs leave the dead-letter set with it")
 		require.Equal(t, shard.QueueStats{Queue: "q", Fired: 1}, queueStats(t, s)["q"])
+	})
+}
+
+// A recurring job whose latest handled occurrence ('lf') is ahead of the server's clock
+// (a clock stepped back, say by a failover to a replica) can still be updated and
+// resumed: the candidates reach past it, and the next run is filed after it.
+func TestUpdateResume_LatestHandledAheadOfTheClock(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		sched := job.Schedule{Cron: "* * * * * *"}
+		_, err := s.Create(ctx, []*job.Job{{ID: "c", Type: "t", Schedule: sched}})
+		require.NoError(t, err)
+		now, err := s.ServerNow(ctx)
+		require.NoError(t, err)
+		lf := now.Add(10 * time.Second).Truncate(time.Second)
+		c := s.Client()
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().Job(0, "c")).FieldValue().FieldValue("lf", strconv.FormatInt(lf.UnixMilli(), 10)).Build()).Error())
+
+		info, err := s.Update(ctx, "c", shard.Update{Schedule: &sched})
+		require.NoError(t, err)
+		require.True(t, info.NextRunAt.After(lf), "next %s after %s", info.NextRunAt, lf)
+		_, _, err = s.Pause(ctx, "c")
+		require.NoError(t, err)
+		_, _, err = s.Resume(ctx, "c")
+		require.NoError(t, err)
+		info, err = s.Get(ctx, "c")
+		require.NoError(t, err)
+		require.True(t, info.NextRunAt.After(lf), "next %s after %s", info.NextRunAt, lf)
 	})
 }

@@ -276,18 +276,30 @@ func (s *Store) estimateNow() time.Time {
 // server's time. The script uses the first occurrence after its own now, so an estimate
 // a little off still picks the right occurrence, and one far off is detected (ErrClockSkew).
 func candidates(c *job.Cron, est time.Time) (string, error) {
+	return candidatesAfter(c, est, time.Time{})
+}
+
+// candidatesAfter is candidates for a job whose latest occurrence handled (its field
+// 'lf', common's cron_floor) is floor: the list goes on past floor+2s, since the script
+// files the first occurrence after the later of its now and floor. A floor ahead of the
+// server's clock (one stepped back, say by a failover) then still finds one.
+func candidatesAfter(c *job.Cron, est, floor time.Time) (string, error) {
 	const margin = 2 * time.Second
+	end := est.Add(margin)
+	if floor.Add(margin).After(end) {
+		end = floor.Add(margin)
+	}
 	t := est.Add(-margin)
 	b := strconv.AppendInt(nil, t.UnixMilli(), 10)
 	n := 0
-	for ; n < 64; n++ {
+	for ; n < 1024; n++ {
 		t = c.Next(t)
 		if t.IsZero() {
 			break
 		}
 		b = append(b, ',')
 		b = strconv.AppendInt(b, t.UnixMilli(), 10)
-		if t.After(est.Add(margin)) {
+		if t.After(end) {
 			return string(b), nil
 		}
 	}
