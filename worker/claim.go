@@ -194,6 +194,13 @@ func (w *Worker) nextRound(order []source, reqs []shard.ClaimRequest, now, ahead
 // drops to 0, so a signal stamped late by a skewed clock estimate cannot keep it hot for
 // longer). The caller holds w.mu.
 func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResult, got time.Time) (failed []int) {
+	taken, ahead := 0, 0
+	defer func() {
+		if taken > 0 {
+			// The share of runs claimed that wait for their start time (claimable).
+			w.aheadShare += aheadWeight * (float64(ahead)/float64(taken) - w.aheadShare)
+		}
+	}()
 	for i, res := range results {
 		req := reqs[i]
 		if res.Err != nil {
@@ -241,8 +248,9 @@ func (w *Worker) takeClaims(reqs []shard.ClaimRequest, results []shard.ClaimResu
 			}
 			w.held[a.c.Member] = a
 			// A run fired ahead of its time waits for it (clockRef.until).
+			taken++
 			if wait := clock.until(a.c.StartAt, got); wait > 0 {
-				w.aheadSeen = got
+				ahead++
 				w.waiting++
 				a.wait = time.AfterFunc(wait, func() { w.release(a) })
 				continue
@@ -270,9 +278,11 @@ func (w *Worker) release(a *active) {
 // once, are the free handler slots plus prefetch (less the held runs that take one:
 // queued for a handler, or running; a run whose outcome only waits for the reporter
 // takes none, nor does one waiting for its start time); ahead, runs fired ahead of their
-// start time, fill holdCap, only while now is not 0 and while claims meet such runs
-// (aheadSeen, within aheadFor: without a dispatcher's lead there are none, and room to
-// hold them would only widen claim rounds). A round takes at most now+ahead runs, and
+// start time, fill holdCap, only while now is not 0 and while most runs claimed are
+// such runs (aheadShare: without a dispatcher's lead there are none, and when Redis
+// falls behind the runs are due before they are claimed; room to hold them would then
+// only widen claim rounds with calls that take nothing). A round takes at most
+// now+ahead runs, and
 // runs waiting beyond holdCap take slots, so runs queued, running and waiting never
 // number more than Concurrency+Prefetch+Hold, within the capacity of w.runs (twice the
 // slots plus Hold): pushing never blocks. Called with w.mu held.
@@ -290,16 +300,20 @@ func (w *Worker) claimable() (now, ahead int) {
 	if now <= 0 {
 		return 0, 0
 	}
-	if time.Since(w.aheadSeen) > aheadFor {
+	if w.aheadShare < aheadOn {
 		return now, 0
 	}
 	return now, max(hold-w.waiting, 0)
 }
 
-// aheadFor is how long after its last claim of a run fired ahead of its start time a
-// worker keeps room to hold more (claimable). A claim without that room still takes
-// such runs, within what it may take: the first one turns the room on again.
-const aheadFor = time.Second
+// A worker keeps room to hold runs fired ahead (claimable) while a moving share of the
+// runs it claims (weight aheadWeight a claim round) that wait for their start time is
+// at least aheadOn. A claim without that room still takes such runs within what it may
+// take, so the share rises as soon as a dispatcher fires ahead again.
+const (
+	aheadWeight = 0.2
+	aheadOn     = 0.5
+)
 
 // holdCap bounds the runs held ahead of their start time: as many as the handlers can
 // start within holdHorizon at their mean duration (guessed as firstMeanRun until one is

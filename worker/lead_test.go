@@ -53,7 +53,12 @@ func TestTakeClaims_RunAheadWaitsWithoutASlot(t *testing.T) {
 	w.takeClaims(reqs, []shard.ClaimResult{{Runs: more, At: 11}}, time.Now())
 	w.mu.Lock()
 	require.Equal(t, 5, w.waiting)
+	require.Greater(t, w.aheadShare, 0.0, "claims met runs held ahead")
 	free, room := w.claimable()
+	require.Equal(t, 2, free)
+	require.Zero(t, room, "no room to hold while most runs claimed started at once")
+	w.aheadShare = 1
+	free, room = w.claimable()
 	require.Equal(t, 2, free)
 	require.Equal(t, 395, room)
 	// Handlers of a second: the hold is the slots.

@@ -34,10 +34,10 @@ type Worker struct {
 	waiting    int
 	runsClosed bool
 	// meanRun is a moving mean of handler durations (ns), 0 until one is measured: it
-	// bounds the runs claimed ahead (Config.Hold). aheadSeen is when a claim last took
-	// a run fired ahead of its start time (claimable).
-	meanRun   float64
-	aheadSeen time.Time
+	// bounds the runs claimed ahead (Config.Hold). aheadShare is a moving share of the
+	// runs claimed that waited for their start time (claimable).
+	meanRun    float64
+	aheadShare float64
 	// recheckUntil: after a lost signal subscription, until then every heartbeat asks
 	// about the runs waiting for their start time (a hold signal may have been lost).
 	recheckUntil time.Time
