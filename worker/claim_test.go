@@ -234,12 +234,27 @@ func (w *Worker) claimNow() int {
 // claims of runs held ahead do not knock at its head again and again.
 func TestNextRound_LateSourcesTakeTheFreeSlotsFirst(t *testing.T) {
 	w := newTestWorker(t)
+	// takeClaims and the timers of held runs take w.mu.
+	take := func(reqs []shard.ClaimRequest, res []shard.ClaimResult, got time.Time) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.takeClaims(reqs, res, got)
+	}
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, a := range w.held {
+			if a.wait != nil {
+				a.wait.Stop()
+			}
+		}
+	}()
 	for id := range shard.ID(4) {
 		w.markHot(source{"default", id}, 1)
 	}
 	late := source{"default", 2}
 	req := []shard.ClaimRequest{{Shard: 2, Queue: "default", N: 10, Now: -1}}
-	w.takeClaims(req, []shard.ClaimResult{{At: 5, More: true}}, time.Now())
+	take(req, []shard.ClaimResult{{At: 5, More: true}}, time.Now())
 	require.True(t, w.late[late])
 
 	_, reqs := w.nextRound(nil, nil, 1, 4*minClaimPerSource-1)
@@ -254,20 +269,20 @@ func TestNextRound_LateSourcesTakeTheFreeSlotsFirst(t *testing.T) {
 	// reaches a run held for its start time is not.
 	req[0].Now = 1
 	now := time.Now()
-	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:1", Token: "t", ClaimedAt: now, StartAt: now}}}}, now)
+	take(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:1", Token: "t", ClaimedAt: now, StartAt: now}}}}, now)
 	require.True(t, w.late[late])
-	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:2", Token: "t", ClaimedAt: now, StartAt: now},
-		{Shard: 2, Member: "l:3", Token: "t", ClaimedAt: now, StartAt: now.Add(time.Second)}}}}, now)
+	take(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:2", Token: "t", ClaimedAt: now, StartAt: now},
+		{Shard: 2, Member: "l:3", Token: "t", ClaimedAt: now, StartAt: now.Add(time.Hour)}}}}, now)
 	require.True(t, w.late[late], "stopped short: it met another run due now")
 	req[0].N = 2
-	w.takeClaims(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:4", Token: "t", ClaimedAt: now, StartAt: now},
-		{Shard: 2, Member: "l:5", Token: "t", ClaimedAt: now, StartAt: now.Add(time.Second)}}}}, now)
+	take(req, []shard.ClaimResult{{At: 6, More: true, Runs: []shard.Claimed{{Shard: 2, Member: "l:4", Token: "t", ClaimedAt: now, StartAt: now},
+		{Shard: 2, Member: "l:5", Token: "t", ClaimedAt: now, StartAt: now.Add(time.Hour)}}}}, now)
 	require.False(t, w.late[late], "its head is a held run again")
 	req[0].N = 10
 
 	// Late again, and no free slot to give: it waits.
 	req[0].Now = -1
-	w.takeClaims(req, []shard.ClaimResult{{At: 7, More: true}}, time.Now())
+	take(req, []shard.ClaimResult{{At: 7, More: true}}, time.Now())
 	w.late[source{"default", 0}] = true
 	_, reqs = w.nextRound(nil, nil, 1, 4*minClaimPerSource-1)
 	require.Len(t, reqs, 3, "one late source takes the slot, the other waits")
