@@ -55,10 +55,11 @@ type Config struct {
 	// A cold job reads, lists and exports like any other; changing it thaws it first.
 	// Default 10m, at least 1m; negative: never.
 	ColdAfter time.Duration
-	// NoPack stores every job as a job hash. By default a one-time job due when it is
-	// created (it goes straight to a ready set) is packed: one value in a hash of its
-	// shard, its run's state in another, so that the claim and the ack of many runs read
-	// and write once each, where job hashes cost a read and a write per run. Any change
+	// NoPack stores every job as a job hash. By default a one-time job that is not cold
+	// is packed: one value in a hash of its shard, its run's state in another, its
+	// scheduled run in a plain set of its priority and queue, so that the fire, the claim
+	// and the ack of many runs read and write once each, where job hashes cost a read and
+	// a write per run (docs/architecture.md). Any change
 	// to it other than a claim and a successful ack unpacks it into its job hash first;
 	// reads, lists and snapshots see it as that hash. Older versions of tock do not know
 	// packed jobs: a worker of one drops a packed job's run as an orphan.

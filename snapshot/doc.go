@@ -24,10 +24,11 @@
 //
 // # Consistency
 //
-// Export does not block Redis: it lists the jobs of every shard with one SCAN per primary,
-// which visits each key once however many shards the primary serves (the hash tag of a
+// Export does not block Redis: it lists the jobs of every shard with an HSCAN of each
+// shard's packed jobs and one SCAN per primary for job hashes and cold jobs' index hashes
+// (which visits each key once however many shards the primary serves: the hash tag of a
 // key names its shard), spools the ids per shard to temporary files (bounded memory), then
-// reads the jobs a few hundred at a time with a script that reads each job whole
+// reads the jobs in batches with a script that reads each job whole, whatever its form
 // (lua/read_jobs.lua) as it writes each shard's file. Each job in a snapshot is therefore
 // self-consistent, but jobs are read at different moments between the manifest's Started
 // and Finished: a snapshot is a fuzzy point in time. A job created during the export may
