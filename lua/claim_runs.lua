@@ -53,7 +53,7 @@ elseif nowLeft < 0 then
   if not head or head == READY_PIN then
     return { now, out, nowUs, firstTok, 0 }
   end
-  local hid, hdue = string.match(head, '^([^:]*):(.*)$')
+  local hid, hdue = split_run(head)
   if later_ms(hdue, nowStr) == nowStr then
     local rv = redis.call('HGET', P .. 'job:' .. hid, 'r' .. hdue)
     if later_ms(nowStr, rv and run_get(rv).ra or '') == nowStr then

@@ -616,10 +616,10 @@ func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, chang
 	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
 }
 
-// lfOf returns the latest occurrence a recurring job's dispatcher handled (its field
-// 'lf'), zero when it has none.
-func lfOf(fields map[string]string) time.Time {
-	ms, err := strconv.ParseInt(fields["lf"], 10, 64)
+// lfOf returns the latest occurrence a recurring job's dispatcher handled, from its
+// field 'lf' as stored; zero when it has none.
+func lfOf(lf string) time.Time {
+	ms, err := strconv.ParseInt(lf, 10, 64)
 	if err != nil || ms <= 0 {
 		return time.Time{}
 	}
@@ -650,7 +650,7 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 			if err != nil && !rueidis.IsRedisNil(err) {
 				return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
 			}
-			if cands, err = candidatesAfter(c, est, lfOf(map[string]string{"lf": lf})); err != nil {
+			if cands, err = candidatesAfter(c, est, lfOf(lf)); err != nil {
 				return "", false, fmt.Errorf("resume job %q: %w", jobID, err)
 			}
 		}

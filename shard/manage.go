@@ -295,7 +295,7 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 				if err != nil {
 					return nil, err
 				}
-				if when, err = candidatesAfter(e.cron, est, lfOf(m)); err != nil {
+				if when, err = candidatesAfter(e.cron, est, lfOf(m["lf"])); err != nil {
 					return nil, &job.FieldError{Field: "schedule.cron", Msg: err.Error()}
 				}
 			}

@@ -116,9 +116,6 @@ func (w *Worker) work(a *active) {
 	r.StartedAt = a.clock.redisAt(started)
 	err := w.call(ctx, r)
 	ended := time.Now()
-	w.mu.Lock()
-	w.observeDuration(ended.Sub(started))
-	w.mu.Unlock()
 	cause := context.Cause(ctx)
 	cancelTimeout()
 	cancel(nil)
@@ -184,6 +181,9 @@ func (w *Worker) finish(a *active, r *Run, f shard.Finish, started, ended time.T
 	w.mu.Lock()
 	a.reporting = true
 	w.reporting++
+	if !started.IsZero() {
+		w.observeDuration(ended.Sub(started))
+	}
 	w.mu.Unlock()
 	w.poke()
 	w.reports <- report{a: a, f: f, run: r, started: started, ended: ended, err: herr}
