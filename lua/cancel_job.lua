@@ -12,12 +12,14 @@
 -- ARGV[4] keep       count   history entries kept per job
 -- ARGV[5] retention  ms      how long a cancelled job is kept
 --
--- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
+--               the keys of the packed, cold and plain forms that thaw_job changes
+--               (include forms)
 --
 -- Returns: { code, state, running }
 --   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
 --   running  members of runs that were running and must be interrupted
---- @include "common"
+--- @include "forms"
 
 local bucketsKey, deadKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
@@ -27,7 +29,7 @@ local keep = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
 
 local jobKey = P .. 'job:' .. id
--- A cold or packed job (common's cold_record, unpack_job) becomes an ordinary one first.
+-- A packed or cold job becomes a job hash first (forms' thaw_job).
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end

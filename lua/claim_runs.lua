@@ -15,10 +15,10 @@
 --                           then without a handler slot. The claim stops at the first
 --                           run, in the set's order, that does not fit
 --
--- Derived keys: P..'job:'..id, P..'stats', P..'jobs:packed', P..'runs:packed'
+-- Derived keys: P..'job:'..id, P..'stats', and the packed form's keys (include packed)
 --
 -- Returns: { now, runs, now_us, first_token, more } where runs holds, per claimed run in
---          claim order, either 2 entries for a run of a packed job (common's PACKED;
+--          claim order, either 2 entries for a run of a packed job (include packed;
 --          always a first attempt): its member and the job's packed value; or 5 for any
 --          other: '' (no member is empty), member, type, payload, and rest: '' for a
 --          first attempt whose job keeps the default timeout, visibility and max
@@ -30,7 +30,7 @@
 --          in microseconds (a string), which orders the claim against ready signals.
 --          more is 1 when runs may be left (the claim took n entries, or stopped at one
 --          that did not fit nowmax), 0 when the set is empty.
---- @include "common"
+--- @include "packed"
 
 local readyKey, inflightKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
@@ -82,7 +82,7 @@ local walked = #popped
 -- A first attempt of a job hash (no run field yet) gets the same field value in every
 -- run of the call, and one of a packed job that is due by now the same state: built once.
 local firstRun = 'running|1|1|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '||'
-local packedRun = 'R|' .. firstTok .. '|' .. worker .. '|' .. nowStr .. '|' .. ARGV[5]
+local packedRun = packed_running(firstTok, worker, nowStr, ARGV[5])
 -- The deadline of the default visibility timeout (job.DefaultVisibility, 30 s), and of
 -- the others met, formatted once each.
 local defDeadline = num(now + 30000)
@@ -109,11 +109,10 @@ local match = string.match
 for k, member in ipairs(popped) do
   ids[k], dues[k] = match(member, '^([^:]*):(.*)$') -- split_run, inlined
 end
-local packed = redis.call('HMGET', P .. PACKED, unpack(ids))
+local packed = packed_values(P, ids)
 local runAdds, nr = {}, 0
--- The packed runs' work, the most common, inlined: each Lua function call and global
--- lookup costs about as much as a table write.
-local byte, nowLen = string.byte, #nowStr
+-- The packed runs' work, the most common, inlined but for what reads a packed value.
+local nowLen = #nowStr
 for k, member in ipairs(popped) do
   local id, due = ids[k], dues[k]
   local pv = packed[k]
@@ -127,19 +126,10 @@ for k, member in ipairs(popped) do
       nowLeft = nowLeft - 1
       runAdds[nr + 1], runAdds[nr + 2] = id, packedRun
     else
-      runAdds[nr + 1], runAdds[nr + 2] = id, 'R|' .. firstTok .. '|' .. worker .. '|' .. due .. '|' .. ARGV[5]
+      runAdds[nr + 1], runAdds[nr + 2] = id, packed_running(firstTok, worker, due, ARGV[5])
     end
     nr = nr + 2
-    -- The value starts "cr|vt|": the job's visibility timeout, empty for the default. Two
-    -- bytes read tell the default from a 13-digit creation time on, for a fraction of a
-    -- pattern match.
-    local b14, b15 = byte(pv, 14, 15)
-    if b14 == 124 and b15 == 124 then
-      inflight[ni + 1], inflight[ni + 2] = defDeadline, member
-      ni = ni + 2
-    else
-      file_inflight(member, string.match(pv, '^%d+|(%d+)|'))
-    end
+    file_inflight(member, packed_vt(pv))
     out[no + 1], out[no + 2] = member, pv
     no = no + 2
   else
@@ -208,7 +198,7 @@ if walked > 0 then
   redis.call('ZREMRANGEBYRANK', readyKey, '0', num(walked - 1))
 end
 if nr > 0 then
-  redis.call('HSET', P .. PACKED_RUNS, unpack(runAdds))
+  packed_set_runs(P, runAdds)
 end
 if ni > 2 then
   redis.call('ZADD', inflightKey, unpack(inflight))

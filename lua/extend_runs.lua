@@ -5,15 +5,15 @@
 -- ARGV[2] n         count   runs that follow
 -- then per run: member, token
 --
--- Derived keys: P..'job:'..id, P..'jobs:packed', P..'runs:packed' (a run of a packed job
---               unpacks the job: common's unpack_job)
+-- Derived keys: P..'job:'..id, and the packed form's keys (a run of a packed job thaws
+--               the job: packed_thaw)
 --
 -- Returns: per run, 1 extended, 0 cancelled (the handler should stop; its deadline is
 --          still extended so the cancellation is not taken for a lost worker),
 --          2 its job is paused and the run was claimed ahead of a start time still to
 --          come (common's held_runs): the worker hands it back unless it has started,
 --          -2 the run is no longer held with this token (redelivered or finished).
---- @include "common"
+--- @include "packed"
 
 local inflightKey = KEYS[1]
 local P = ARGV[1]
@@ -27,8 +27,8 @@ for k = 1, n do
 end
 local ids, runs = packed_runs(P, members)
 for k, run in ipairs(runs) do
-  if run and string.sub(run, 1, 2) == 'R|' then
-    unpack_job(P, ids[k])
+  if run and packed_in_flight(run) then
+    packed_thaw(P, ids[k])
   end
 end
 for k = 3, 2 + n * 2, 2 do

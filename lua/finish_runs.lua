@@ -26,12 +26,12 @@
 --           'handback' ready again at once without using an attempt (worker shutdown)
 --   A run whose job was cancelled while it ran ends cancelled whatever the outcome.
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
---               P..'jobs:packed', P..'runs:packed', P..'expiry', P..'expiry:'..bucket
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
+--               the packed form's keys (include packed)
 --
--- A packed job's run (common's PACKED) that succeeded is recorded in its packed state,
--- with those of the other runs of the call in one write; any other end of it, and a
--- reaped one, unpacks its job first and takes the paths below.
+-- A packed job's run that succeeded is recorded in its packed state, with those of the
+-- other runs of the call in one write (packed_done); any other end of it, and a reaped
+-- one, thaws its job first (packed_thaw) and takes the paths below.
 --
 -- Returns: { results, queues, wake }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
@@ -40,7 +40,7 @@
 --   wake     the earliest retry or snooze filed when it is earlier than every run the
 --            shard held (the caller signals the dispatcher), else -1
 --   or -3 in reap mode when the caller does not hold the lease (nothing changed).
---- @include "common"
+--- @include "forms"
 
 local inflightKey, bucketsKey, deadKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P = ARGV[1]
@@ -243,16 +243,7 @@ local packedDone, packedIds = {}, {}
 
 local function done()
   if #packedDone > 0 then
-    redis.call('HSET', P .. PACKED_RUNS, unpack(packedDone))
-    local b = num(math.floor((now + tonumber(retention)) / bucketMs) + 1)
-    local len = 0
-    for k = 1, #packedIds, 6000 do
-      len = redis.call('RPUSH', P .. 'expiry:' .. b, unpack(packedIds, k, math.min(k + 5999, #packedIds)))
-    end
-    -- A new list (it holds only these ids) enters the index.
-    if len == #packedIds then
-      redis.call('ZADD', P .. 'expiry', num(tonumber(b) * bucketMs), b)
-    end
+    packed_done(P, packedDone, packedIds, now + tonumber(retention), bucketMs)
   end
   for k = 1, #leaving, 6000 do
     redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))
@@ -268,7 +259,7 @@ if mode == 'reap' then
   local ids, runs = packed_runs(P, expired)
   for k, member in ipairs(expired) do
     if runs[k] then
-      unpack_job(P, ids[k])
+      packed_thaw(P, ids[k])
     end
     if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
       reaped = reaped + 1
@@ -295,15 +286,14 @@ end
 local shortToken = ARGV[9]
 local ids, runs = packed_runs(P, members)
 local finished = {}
--- A succeeded packed run's state is its running state "R|tok|wk|start|q" with C for R and
--- "|end|expiry" after it. Its token is checked, and its queue read, by plain searches:
--- none of the fields holds a '|' (job.ValidateID), and a pattern match costs more.
+-- A succeeded packed run's state is its running state with "|end|expiry" after it
+-- (packed_succeeded). Its token is checked by a plain search (packed_held_prefix).
 local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
-local heldBy = {} -- token -> "R|token|", what a run held with it starts with
+local heldBy = {} -- token -> what the state of a run held with it starts with
 -- The queue of the last succeeded packed run, and how many of its runs in a row
 -- succeeded, counted with one stat call.
 local lastQ, lastTail, inQ = 'default', '|default', 0
-local find, sub = string.find, string.sub
+local find = string.find
 local results = {}
 for k = 1, n do
   local member, token, outcome = members[k], shortToken, 'ok'
@@ -316,7 +306,7 @@ for k = 1, n do
   if run then
     local held = heldBy[token]
     if not held then
-      held = 'R|' .. token .. '|'
+      held = packed_held_prefix(token)
       heldBy[token] = held
     end
     if find(run, held, 1, true) ~= 1 or finished[id] then
@@ -328,17 +318,17 @@ for k = 1, n do
         if inQ > 0 then
           stat('f', lastQ, -inQ)
         end
-        lastQ, inQ = string.match(run, '([^|]*)$'), 0
+        lastQ, inQ = packed_run_queue(run), 0
         lastTail = '|' .. lastQ
       end
       inQ = inQ + 1
       local d = #packedDone
-      packedDone[d + 1], packedDone[d + 2] = id, 'C' .. sub(run, 2) .. doneSuffix
+      packedDone[d + 1], packedDone[d + 2] = id, packed_succeeded(run, doneSuffix)
       packedIds[#packedIds + 1] = id
       leaving[#leaving + 1] = member
       results[k] = 1
     else
-      unpack_job(P, id)
+      packed_thaw(P, id)
       results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
     end
   elseif a > 0 then

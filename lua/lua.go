@@ -4,11 +4,17 @@
 // EVAL, where there are no functions).
 //
 // Each script documents its KEYS, ARGV and replies in its header; those headers are the
-// reference for the data model. A line `--- @include "name"` is replaced by the contents
-// of include/name.lua when the script is loaded (BullMQ's convention); includes may not
-// be circular. Of an include, only the top-level declarations the including file uses
-// (directly or through other kept declarations) are kept: Redis runs a script's whole
-// text on every call, and defining unused helpers cost about 2 µs a call.
+// reference for the data model. A line `--- @include "name"` brings in include/name.lua
+// (BullMQ's convention) and the includes that one names in turn, each once and after the
+// includes it uses; includes may not be circular. They are placed where the script's
+// first include line is, and only the top-level declarations the script uses (directly
+// or through other kept declarations) are kept: Redis runs a script's whole text on
+// every call, and defining unused helpers cost about 2 µs a call.
+//
+// The includes: common (clock, counts, due buckets, ready sets, run states, history,
+// schedules), one per storage form of a job or run (hash, packed, cold, plain, and record,
+// the definition codec packed and cold jobs share), and forms, the seam that scripts
+// call to find, read or thaw a job whatever its form (see docs/architecture.md).
 //
 // Every script touches the keys of one shard only (one Redis Cluster slot) and uses
 // redis.call('TIME') as its clock.
@@ -32,31 +38,87 @@ var includeRE = regexp.MustCompile(`(?m)^--- @include "([a-z_]+)"\s*$`)
 
 // Source returns the source of script name (without ".lua") with its includes expanded.
 func Source(name string) (string, error) {
-	return expand(files, name+".lua", nil)
+	return expand(files, name+".lua")
 }
 
-func expand(fsys fs.FS, path string, stack []string) (string, error) {
-	for _, s := range stack {
-		if s == path {
-			return "", fmt.Errorf("lua: circular include %s -> %s", strings.Join(stack, " -> "), path)
-		}
-	}
+// expand returns the script at path with its includes, and theirs, in place of its first
+// `--- @include` line: each include once, after the includes it needs, pruned to what the
+// script uses.
+func expand(fsys fs.FS, path string) (string, error) {
 	b, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return "", fmt.Errorf("lua: %w", err)
 	}
-	stack = append(stack, path)
+	incs, err := includeOrder(fsys, []string{path})
+	if err != nil {
+		return "", err
+	}
+	blob, err := joinIncludes(fsys, incs)
+	if err != nil {
+		return "", err
+	}
 	own := includeRE.ReplaceAllString(string(b), "")
-	var expandErr error
-	out := includeRE.ReplaceAllStringFunc(string(b), func(line string) string {
-		name := includeRE.FindStringSubmatch(line)[1]
-		src, err := expand(fsys, "include/"+name+".lua", stack)
-		if err != nil && expandErr == nil {
-			expandErr = err
+	used := prune(blob, own)
+	first := true
+	return includeRE.ReplaceAllStringFunc(string(b), func(string) string {
+		if first {
+			first = false
+			return used
 		}
-		return prune(src, own)
-	})
-	return out, expandErr
+		return ""
+	}), nil
+}
+
+// includeOrder returns the includes that the files at roots use, directly or through
+// other includes: each once, after every include it uses itself.
+func includeOrder(fsys fs.FS, roots []string) ([]string, error) {
+	var order []string
+	done := map[string]bool{}
+	var visit func(path string, stack []string) error
+	visit = func(path string, stack []string) error {
+		for _, s := range stack {
+			if s == path {
+				return fmt.Errorf("lua: circular include %s -> %s", strings.Join(stack, " -> "), path)
+			}
+		}
+		if done[path] {
+			return nil
+		}
+		b, err := fs.ReadFile(fsys, path)
+		if err != nil {
+			return fmt.Errorf("lua: %w", err)
+		}
+		stack = append(stack, path)
+		for _, m := range includeRE.FindAllStringSubmatch(string(b), -1) {
+			if err := visit("include/"+m[1]+".lua", stack); err != nil {
+				return err
+			}
+		}
+		done[path] = true
+		if strings.HasPrefix(path, "include/") {
+			order = append(order, path)
+		}
+		return nil
+	}
+	for _, r := range roots {
+		if err := visit(r, nil); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+// joinIncludes returns the includes at paths, in order, without their include lines.
+func joinIncludes(fsys fs.FS, paths []string) (string, error) {
+	var out []string
+	for _, p := range paths {
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return "", fmt.Errorf("lua: %w", err)
+		}
+		out = append(out, includeRE.ReplaceAllString(string(b), ""))
+	}
+	return strings.Join(out, "\n"), nil
 }
 
 var (
@@ -231,19 +293,24 @@ func Load() (*Scripts, error) {
 
 // buildLibrary sets Library, LibraryName and the Fn of every one of scripts.
 func (s *Scripts) buildLibrary(scripts []*Script) error {
-	common, err := fs.ReadFile(files, "include/common.lua")
+	roots := make([]string, len(scripts))
+	for i, sc := range scripts {
+		roots[i] = sc.Name + ".lua"
+	}
+	incs, err := includeOrder(files, roots)
 	if err != nil {
-		return fmt.Errorf("lua: %w", err)
+		return err
+	}
+	blob, err := joinIncludes(files, incs)
+	if err != nil {
+		return err
 	}
 	var body strings.Builder
-	body.WriteString(string(common))
+	body.WriteString(blob)
 	for _, sc := range scripts {
 		raw, err := fs.ReadFile(files, sc.Name+".lua")
 		if err != nil {
 			return fmt.Errorf("lua: %w", err)
-		}
-		if m := includeRE.FindAllStringSubmatch(string(raw), -1); len(m) > 1 || (len(m) == 1 && m[0][1] != "common") {
-			return fmt.Errorf("lua: %s: a library holds the include common only", sc.Name)
 		}
 		// KEYS and ARGV are the function's parameters; a script ends with its return.
 		fmt.Fprintf(&body, "\nlocal function f_%s(KEYS, ARGV)\nreset_state()\n%s\nend\n", sc.Name, includeRE.ReplaceAllString(string(raw), ""))

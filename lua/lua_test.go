@@ -45,13 +45,13 @@ func TestInclude_Circular(t *testing.T) {
 	_, err := expand(fstest.MapFS{
 		"a.lua":         {Data: []byte("--- @include \"x\"\n")},
 		"include/x.lua": {Data: []byte("-- x\n")},
-	}, "a.lua", nil)
+	}, "a.lua")
 	require.NoError(t, err)
 	_, err = expand(fstest.MapFS{
 		"a.lua":         {Data: []byte("--- @include \"x\"\n")},
 		"include/x.lua": {Data: []byte("--- @include \"y\"\n")},
 		"include/y.lua": {Data: []byte("--- @include \"x\"\n")},
-	}, "a.lua", nil)
+	}, "a.lua")
 	require.ErrorContains(t, err, "circular include")
 }
 
@@ -86,7 +86,7 @@ local t = {
 	out, err := expand(fstest.MapFS{
 		"s.lua":           {Data: []byte("--- @include \"lib\"\nu = 1\nreturn a(1) + e + t.k + u\n")},
 		"include/lib.lua": {Data: []byte(inc)},
-	}, "s.lua", nil)
+	}, "s.lua")
 	require.NoError(t, err)
 	for _, want := range []string{"-- lib: helpers", "local cache = {}", "-- a uses b", "local function a(x)",
 		"-- b reads the cache", "local function b(x)", "local d, e = 1, 2", "local u\n", "local t = {\n  k = 1,\n}", "return a(1) + e + t.k + u"} {

@@ -9,12 +9,14 @@
 -- ARGV[2] bucket   ms      due bucket width
 -- ARGV[3] id       string  job id
 --
--- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
+--               the keys of the packed, cold and plain forms that thaw_job changes
+--               (include forms)
 --
 -- Returns: { code, state, held } code 1 paused now, 0 nothing to do (already paused, or
 --          a final state), -1 no such job; held: members of runs held ahead of their start
 --          time (common's held_runs)
---- @include "common"
+--- @include "forms"
 
 local bucketsKey = KEYS[1]
 local P = ARGV[1]
@@ -22,7 +24,7 @@ local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
 
 local jobKey = P .. 'job:' .. id
--- A cold or packed job (common's cold_record, unpack_job) becomes an ordinary one first.
+-- A packed or cold job becomes a job hash first (forms' thaw_job).
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end

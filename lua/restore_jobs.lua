@@ -24,13 +24,15 @@
 --   nfields  count   field/value pairs of its hash that follow
 --   nfields*2 field, value ...
 --
--- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
+--               the keys of the packed, cold and plain forms that thaw_job changes
+--               (include forms)
 --
 -- Returns: { restored, existed, expired, wake, queues }
 --   restored  jobs written; existed: left alone (the id existed); expired: skipped
 --   wake      earliest due time filed (ms), -1 none
 --   queues    queues that received ready runs
---- @include "common"
+--- @include "forms"
 
 local bucketsKey, deadKey = KEYS[1], KEYS[2]
 local P = ARGV[1]

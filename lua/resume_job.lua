@@ -11,14 +11,16 @@
 --                             after `from`; the first after now (common's cron_floor)
 --                             is used ('' for one-time)
 --
--- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
+--               the keys of the packed, cold and plain forms that thaw_job changes
+--               (include forms)
 --
 -- Returns: { code, state, next, queues, wake }
 --   code 1 resumed, 0 not paused (state says what it is), -1 no such job,
 --   -4 no candidate after the server's now (clock skew: retry with fresh times)
 --   next   the next due time filed (0 none); wake is next when the dispatcher should be
 --          woken for it, else -1; queues received ready runs
---- @include "common"
+--- @include "forms"
 
 local bucketsKey = KEYS[1]
 local P = ARGV[1]
@@ -26,7 +28,7 @@ local bucketMs = tonumber(ARGV[2])
 local id = ARGV[3]
 
 local jobKey = P .. 'job:' .. id
--- A cold or packed job (common's cold_record, unpack_job) becomes an ordinary one first.
+-- A packed or cold job becomes a job hash first (forms' thaw_job).
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end

@@ -15,7 +15,9 @@
 -- ARGV[8] ndel      count   definition fields to delete, that follow
 -- ARGV[9] nset      count   definition field/value pairs to set, that follow the deletions
 --
--- Derived keys: P..'job:'..id, the cold job keys of common, P..'due:'..bucket, P..'ready:'..queue, P..'stats'
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
+--               the keys of the packed, cold and plain forms that thaw_job changes
+--               (include forms)
 --
 -- Returns: { code, state, next, wake, queues, held }
 --   code 1 updated, 0 not possible in the job's state (finished, or a one-time job whose
@@ -25,7 +27,7 @@
 --          woken, else -1; queues received ready runs; held: members of runs a worker
 --          claimed ahead of their start time (common's held_runs), sent back to be
 --          claimed again with the new definition
---- @include "common"
+--- @include "forms"
 
 local bucketsKey = KEYS[1]
 local P = ARGV[1]
@@ -35,7 +37,7 @@ local kind, when = ARGV[6], ARGV[7]
 local ndel, nset = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local jobKey = P .. 'job:' .. id
--- A cold or packed job (common's cold_record, unpack_job) becomes an ordinary one first.
+-- A packed or cold job becomes a job hash first (forms' thaw_job).
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end

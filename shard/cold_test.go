@@ -38,7 +38,7 @@ func coldJobs(now time.Time) []*job.Job {
 // coldKeys counts the keys of cold storage of a one-shard store.
 func coldKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
 	return shardKeys(t, b, s, func(rest string) bool {
-		return rest == "cold" || strings.HasPrefix(rest, "pack:") || (strings.HasPrefix(rest, "jobs:") && rest != "jobs:packed")
+		return strings.HasPrefix(rest, "cold:")
 	})
 }
 

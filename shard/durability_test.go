@@ -69,15 +69,16 @@ func TestKeys_FenceSharesTheSlot(t *testing.T) {
 	require.NoError(t, err)
 	k := shard.NewKeys("tock", tags)
 	for id := range shard.ID(8) {
-		for _, key := range []string{k.Buckets(id), k.Dead(id), k.Job(id, "a:{b}"), k.Packed(id), k.PackedRuns(id),
-			k.Expiry(id), k.ExpiryList(id, 7)} {
+		for _, key := range []string{k.Buckets(id), k.Dead(id), k.Job(id, "a:{b}"), k.PackedJobs(id), k.PackedRuns(id),
+			k.PackedExpiry(id), k.PackedExpiryList(id, 7), k.Plain(id, 5, "q"), k.PlainIndex(id), k.ColdBuckets(id),
+			k.ColdList(id, 7), k.ColdIndex(id, 9)} {
 			f := k.Fence(key)
 			require.Equal(t, k.Prefix(id)+"fence", f)
 			require.Equal(t, shard.Slot(key), shard.Slot(f), key)
 		}
 	}
 	f := k.Fence(k.PausedQueues())
-	require.Equal(t, "tock:v1:paused:fence{tock:v1:paused}", f)
+	require.Equal(t, "tock:v2:paused:fence{tock:v2:paused}", f)
 	require.Equal(t, shard.Slot(k.PausedQueues()), shard.Slot(f))
 }
 
@@ -232,7 +233,7 @@ func TestDurability_ReplicaSet(t *testing.T) {
 		id := s.ShardOf(jobID)
 		n, err := replica.Do(ctx, replica.B().Exists().Key(s.Keys().Job(id, jobID)).Build()).AsInt64()
 		require.NoError(t, err)
-		p, err := replica.Do(ctx, replica.B().Hexists().Key(s.Keys().Packed(id)).Field(jobID).Build()).AsInt64()
+		p, err := replica.Do(ctx, replica.B().Hexists().Key(s.Keys().PackedJobs(id)).Field(jobID).Build()).AsInt64()
 		require.NoError(t, err)
 		return n+p == 1
 	}
@@ -515,7 +516,7 @@ func TestDurability_ClusterSlotMovedIsWaitedForOnTheNewMaster(t *testing.T) {
 	requireNotReplicated(t, err, 1, 0)
 	require.True(t, res[0].Created)
 	requireNotReplicated(t, res[0].Err, 1, 0)
-	n, err := do(to, "HEXISTS", s.Keys().Packed(id), moved).AsInt64()
+	n, err := do(to, "HEXISTS", s.Keys().PackedJobs(id), moved).AsInt64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the job (packed) is on the new master")
 

@@ -309,40 +309,14 @@ func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
 		return nil, err
 	}
 	id := s.ShardOf(jobID)
-	key := s.keys.Job(id, jobID)
-	res := s.c.DoMulti(ctx, s.c.B().Hgetall().Key(key).Build(), s.c.B().Pexpiretime().Key(key).Build())
-	m, err := res[0].AsStrMap()
+	m, exp, err := s.readJob(ctx, id, jobID)
 	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("get job %q: %w", jobID, err)
 	}
-	if len(m) == 0 {
-		return s.getCold(ctx, id, jobID)
-	}
-	exp, _ := res[1].AsInt64()
 	return infoOf(jobID, id, m, exp), nil
-}
-
-// getCold returns a job that has no hash because it is cold (Config.ColdAfter) or packed
-// (Config.NoPack), or ErrNotFound.
-func (s *Store) getCold(ctx context.Context, id ID, jobID string) (*Info, error) {
-	m, exp, err := s.coldFields(ctx, id, jobID)
-	if err != nil {
-		return nil, err
-	}
-	return infoOf(jobID, id, m, exp), nil
-}
-
-// coldFields returns the fields that cold or packed job jobID will have as a hash
-// (read_jobs) and its expiry time (ms, -1 none), or ErrNotFound.
-func (s *Store) coldFields(ctx context.Context, id ID, jobID string) (map[string]string, int64, error) {
-	recs, err := s.ReadJobs(ctx, id, []string{jobID})
-	if err != nil {
-		return nil, 0, fmt.Errorf("read job %q: %w", jobID, err)
-	}
-	if len(recs) == 0 {
-		return nil, 0, ErrNotFound
-	}
-	return recs[0].fieldMap(), recs[0].ExpireAt, nil
 }
 
 // infoOf decodes a job hash m read with its PEXPIRETIME exp.
@@ -446,8 +420,8 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 	h, hs := str(f[1]), str(f[2])
 	var packed map[string]string
 	if f[0].IsNil() {
-		// A cold job has no runs yet; a packed one at most its first (read_jobs).
-		if packed, _, err = s.coldFields(ctx, id, jobID); err != nil {
+		// A cold job has no runs yet; a packed one at most its first.
+		if packed, _, err = s.readOtherForms(ctx, id, jobID); err != nil {
 			return nil, err
 		}
 		h, hs = packed["h"], packed["hs"]

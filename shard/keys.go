@@ -1,21 +1,30 @@
 package shard
 
 import (
+	"crypto/sha1"
 	"strconv"
 	"strings"
 )
 
-// SchemaVersion is the version of the data layout; an incompatible change bumps it.
-const SchemaVersion = 1
+// SchemaVersion is the version of the data layout; an incompatible change bumps it. v2
+// named the keys of the packed, cold and plain forms after their form and dropped what
+// v1 read of layouts that no build writes any more (see Open for a v1 namespace).
+const SchemaVersion = 2
+
+// OldestSnapshotSchema is the oldest schema whose snapshots this build restores. A
+// snapshot holds jobs as job hashes (every form is exported as the hash it stands for),
+// and v2 changed no field of a job hash, so a v1 snapshot restores as it is.
+const OldestSnapshotSchema = 1
 
 // Keys builds every Redis key and channel name of a namespace. It is the only place key
-// strings are built (the Lua scripts derive per-job keys from Prefix, as their headers
-// say). Shard keys look like `<ns>:v1:{<tag>}:<kind>[:<id>]`; the hash tag holds the
+// strings are built in Go; the Lua scripts derive a shard's keys from Prefix with the
+// same names (each include declares those of its form; TestKeys_MatchTheScripts checks
+// them). Shard keys look like `<ns>:v2:{<tag>}:<kind>[:<id>]`; the hash tag holds the
 // shard only, so all keys of a shard share one Cluster slot. Global keys have no tag and
 // are never touched by a shard script. Keys is immutable and safe for concurrent use.
 type Keys struct {
 	ns       string
-	prefixes []string // per shard `<ns>:v1:{<tag>}:`
+	prefixes []string // per shard `<ns>:v2:{<tag>}:`
 }
 
 // NewKeys returns the key builder of namespace ns for the given shard tags.
@@ -46,17 +55,6 @@ func (k *Keys) Due(id ID, bucket int64) string {
 	return k.prefixes[id] + "due:" + strconv.FormatInt(bucket, 10)
 }
 
-// Plain holds the shard's plain runs of one priority and queue: the scheduled runs of
-// packed jobs, which fire_due makes ready without reading their jobs; score = due ms
-// (lua/include/common.lua, PLAIN). // ZSET
-func (k *Keys) Plain(id ID, priority int, queue string) string {
-	return k.prefixes[id] + "plain:" + strconv.Itoa(priority) + ":" + queue
-}
-
-// Plains indexes the shard's plain sets, as "<priority>:<queue>"; score = at most the
-// due ms of the set's first run. // ZSET
-func (k *Keys) Plains(id ID) string { return k.prefixes[id] + "plains" }
-
 // Ready holds a queue's ready runs; score = (9-priority)*1e13 + due ms. It also holds a
 // pin scored +inf that keeps it a skiplist (lua common's READY_PIN). // ZSET
 func (k *Keys) Ready(id ID, queue string) string { return k.prefixes[id] + "ready:" + queue }
@@ -84,30 +82,71 @@ func (k *Keys) Lease(id ID) string { return k.prefixes[id] + "lease" }
 // Epoch is the shard's fencing counter; it never expires. // STRING
 func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 
-// Packed is the hash of shard id's packed jobs (Config.NoPack; lua common's PACKED):
-// job id -> its definition.
-func (k *Keys) Packed(id ID) string { return k.prefixes[id] + "jobs:packed" }
-
-// PackedRuns is the hash of the run states of shard id's packed jobs: job id -> state.
-func (k *Keys) PackedRuns(id ID) string { return k.prefixes[id] + "runs:packed" }
-
-// Expiry indexes the lists of succeeded packed jobs of shard id by the end of the bucket
-// in which they expire (ExpiryList).
-func (k *Keys) Expiry(id ID) string { return k.prefixes[id] + "expiry" }
-
-// ExpiryList is the list of the ids of shard id's packed jobs that expire in bucket
-// (the bucket's number: its start in ms / the bucket width).
-func (k *Keys) ExpiryList(id ID, bucket int64) string {
-	return k.prefixes[id] + "expiry:" + strconv.FormatInt(bucket, 10)
-}
-
 // Job holds a job's definition, its state, its runs (fields 'r<due ms>') and its recent
 // history (field 'h', and 'hs' naming a one-time job's last, succeeded run). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
 
+// The keys of the storage forms other than the job hash (lua/include/forms.lua lists the
+// forms; docs/architecture.md shows how a job moves between them).
+
+// PackedJobs is the hash of shard id's packed jobs (lua/include/packed.lua): job id ->
+// "created|visibility|queue|priority|" and its definition record. // HASH
+func (k *Keys) PackedJobs(id ID) string { return k.prefixes[id] + "packed:jobs" }
+
+// PackedRuns is the hash of the run states of shard id's packed jobs: job id -> state
+// while its run is in flight or after it succeeded. // HASH
+func (k *Keys) PackedRuns(id ID) string { return k.prefixes[id] + "packed:runs" }
+
+// PackedExpiry indexes the lists of succeeded packed jobs of shard id by the end of the
+// bucket in which they expire (PackedExpiryList); score = bucket end ms. // ZSET
+func (k *Keys) PackedExpiry(id ID) string { return k.prefixes[id] + "packed:expiry" }
+
+// PackedExpiryList lists the ids of shard id's packed jobs that expire in bucket (the
+// bucket's number: its start in ms / the bucket width). // LIST
+func (k *Keys) PackedExpiryList(id ID, bucket int64) string {
+	return k.PackedExpiry(id) + ":" + strconv.FormatInt(bucket, 10)
+}
+
+// Plain holds the plain runs (the scheduled runs of packed jobs) of shard id of one
+// priority and queue (lua/include/plain.lua); score = due ms. // ZSET
+func (k *Keys) Plain(id ID, priority int, queue string) string {
+	return k.prefixes[id] + "plain:" + strconv.Itoa(priority) + ":" + queue
+}
+
+// PlainIndex indexes shard id's plain sets, as "<priority>:<queue>"; score = at most the
+// due ms of the set's first run. // ZSET
+func (k *Keys) PlainIndex(id ID) string { return k.prefixes[id] + "plain:index" }
+
+// ColdBuckets indexes the buckets of shard id that hold cold jobs (lua/include/cold.lua);
+// score = the bucket's start ms. // ZSET
+func (k *Keys) ColdBuckets(id ID) string { return k.prefixes[id] + "cold:buckets" }
+
+// ColdList holds the records of shard id's cold jobs due in bucket (its number). // LIST
+func (k *Keys) ColdList(id ID, bucket int64) string {
+	return k.prefixes[id] + "cold:" + strconv.FormatInt(bucket, 10)
+}
+
+// ColdSlots is how many cold indexes a shard has (lua cold's COLD_SLOTS).
+const ColdSlots = 1024
+
+// ColdIndex is one of the ColdSlots hashes of shard id that map a cold job's id to its
+// bucket: the one of the job ids whose SHA-1's first 24 bits modulo ColdSlots are slot
+// (ColdSlot). // HASH
+func (k *Keys) ColdIndex(id ID, slot int) string {
+	return k.prefixes[id] + coldIndexKind + strconv.Itoa(slot)
+}
+
+const coldIndexKind = "cold:index:"
+
+// ColdSlot returns the slot of the cold index that holds job jobID when it is cold.
+func ColdSlot(jobID string) int {
+	sum := sha1.Sum([]byte(jobID))
+	return int(uint32(sum[0])<<16|uint32(sum[1])<<8|uint32(sum[2])) % ColdSlots
+}
+
 // Fence is the key, in the same Cluster slot as key (a key of this namespace), that a
 // write waiting for replicas sets right before its WAIT (see Durability): "1". A shard
-// key's fence is `<ns>:v1:{<tag>}:fence`; a global key K's is `K:fence{K}`, whose hash
+// key's fence is `<ns>:v2:{<tag>}:fence`; a global key K's is `K:fence{K}`, whose hash
 // tag is K itself. // STRING
 func (k *Keys) Fence(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {

@@ -257,8 +257,8 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 			return nil, fmt.Errorf("update job %q: %w", jobID, err)
 		}
 		if len(m) == 0 {
-			// A cold or packed job: update_job thaws or unpacks it first.
-			if m, _, err = s.coldFields(ctx, id, jobID); err != nil {
+			// A packed or cold job: update_job thaws it first (lua forms' thaw_job).
+			if m, _, err = s.readOtherForms(ctx, id, jobID); err != nil {
 				return nil, err
 			}
 		}

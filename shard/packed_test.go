@@ -39,7 +39,7 @@ func packedJobs(now time.Time) []*job.Job {
 // packedKeys counts the keys of packed storage of a one-shard store.
 func packedKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
 	return shardKeys(t, b, s, func(rest string) bool {
-		return rest == "jobs:packed" || rest == "runs:packed" || strings.HasPrefix(rest, "expiry")
+		return strings.HasPrefix(rest, "packed:")
 	})
 }
 
@@ -442,8 +442,8 @@ func TestPacked_ExpireAfterRetention(t *testing.T) {
 	// The expiry bucket of now + 1h ends at the next minute after it.
 	end := now.Add(time.Hour).Truncate(time.Minute).Add(time.Minute)
 	require.Equal(t, end.UnixMilli(), d.NextDue, "come back when the expiry bucket ends")
-	require.True(t, m.Exists(s.Keys().Expiry(0)))
-	require.True(t, m.Exists(s.Keys().ExpiryList(0, end.UnixMilli()/time.Minute.Milliseconds())))
+	require.True(t, m.Exists(s.Keys().PackedExpiry(0)))
+	require.True(t, m.Exists(s.Keys().PackedExpiryList(0, end.UnixMilli()/time.Minute.Milliseconds())))
 
 	m.SetTime(now.Add(time.Hour - time.Millisecond))
 	info, err := s.Get(ctx, "a")
@@ -473,7 +473,7 @@ func TestPacked_ExpireAfterRetention(t *testing.T) {
 	require.Equal(t, int64(-1), d.NextDue)
 	// The inflight set stays, holding only its pin.
 	require.ElementsMatch(t, []string{s.Keys().Meta(), s.Keys().Stats(0), s.Keys().Lease(0), s.Keys().Epoch(0),
-		s.Keys().Ready(0, "default"), s.Keys().Packed(0), s.Keys().PackedRuns(0), s.Keys().Inflight(0)}, m.Keys(), "only the new job c is left")
+		s.Keys().Ready(0, "default"), s.Keys().PackedJobs(0), s.Keys().PackedRuns(0), s.Keys().Inflight(0)}, m.Keys(), "only the new job c is left")
 	pinned, err := m.ZMembers(s.Keys().Inflight(0))
 	require.NoError(t, err)
 	require.Len(t, pinned, 1)
@@ -564,15 +564,14 @@ func TestPacked_FiredInPriorityOrder(t *testing.T) {
 }
 
 // A packed job's ready run has no run state: it reads as ready from its member in the
-// ready set, and cancels as a ready job does. A namespace written by an earlier version
-// holds "F" as the state of such a run, which reads, claims and acks the same.
-func TestPacked_ReadyRunWithAndWithoutState(t *testing.T) {
+// ready set, and cancels as a ready job does.
+func TestPacked_ReadyRunWithoutState(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1})
 		_, err := s.Create(ctx, []*job.Job{
 			{ID: "plain", Queue: "q", Type: "t", Schedule: job.Schedule{Now: true}},
-			{ID: "old", Queue: "q", Type: "t", Schedule: job.Schedule{Now: true}},
+			{ID: "other", Queue: "q", Type: "t", Schedule: job.Schedule{Now: true}},
 			{ID: "gone", Type: "t", Schedule: job.Schedule{Now: true}},
 		})
 		require.NoError(t, err)
@@ -581,9 +580,8 @@ func TestPacked_ReadyRunWithAndWithoutState(t *testing.T) {
 		runs, err := c.Do(ctx, c.B().Hgetall().Key(s.Keys().PackedRuns(0)).Build()).AsStrMap()
 		require.NoError(t, err)
 		require.Equal(t, []string{""}, slices.Collect(maps.Keys(runs)), "no run state but the table marker")
-		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().PackedRuns(0)).FieldValue().FieldValue("old", "F").Build()).Error())
 
-		for _, id := range []string{"plain", "old", "gone"} {
+		for _, id := range []string{"plain", "other", "gone"} {
 			info, err := s.Get(ctx, id)
 			require.NoError(t, err, id)
 			require.Equal(t, job.StateReady, info.State, id)
@@ -609,7 +607,7 @@ func TestPacked_ReadyRunWithAndWithoutState(t *testing.T) {
 		errs, err := s.FinishRuns(ctx, 0, fin)
 		require.NoError(t, err)
 		require.Equal(t, []error{nil, nil}, errs)
-		for _, id := range []string{"plain", "old"} {
+		for _, id := range []string{"plain", "other"} {
 			info, err := s.Get(ctx, id)
 			require.NoError(t, err, id)
 			require.Equal(t, job.StateCompleted, info.State, id)

@@ -48,7 +48,7 @@ func TestTags_SpreadOverSlots(t *testing.T) {
 		for i, tag := range tags {
 			require.False(t, seen[tag])
 			seen[tag] = true
-			slot := Slot("tock:v1:{" + tag + "}:job:x")
+			slot := Slot("tock:v2:{" + tag + "}:job:x")
 			require.GreaterOrEqual(t, slot, i*16384/n, "shard %d tag %s", i, tag)
 			require.Less(t, slot, (i+1)*16384/n, "shard %d tag %s", i, tag)
 			masters[slot*3/16384]++ // three masters with even slot ranges

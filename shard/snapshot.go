@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -116,111 +115,6 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 		}
 	}
 	return nil
-}
-
-// scanPacked returns the ids of a piece of shard id's packed jobs (Config.NoPack), from
-// an HSCAN of their hash, and the cursor of the next piece (0: none). A large shard's
-// packed jobs are read in pieces: all at once would hold Redis up.
-func (s *Store) scanPacked(ctx context.Context, id ID, cursor uint64, count int64) ([]string, uint64, error) {
-	e, err := s.c.Do(ctx, s.c.B().Hscan().Key(s.keys.Packed(id)).Cursor(cursor).Count(count).Build()).AsScanEntry()
-	if err != nil {
-		return nil, 0, fmt.Errorf("packed jobs of shard %d: %w", id, err)
-	}
-	ids := make([]string, 0, len(e.Elements)/2)
-	for k := 0; k+1 < len(e.Elements); k += 2 {
-		// The field "" is no job: it keeps the hash a hash table (lua common's as_table).
-		if e.Elements[k] != "" {
-			ids = append(ids, e.Elements[k])
-		}
-	}
-	return ids, e.Cursor, nil
-}
-
-// jobMatch is the SCAN pattern matching the job keys and cold job indexes (lua
-// common's cold_index) of every shard of the namespace: `<ns>:v1:{*}:job*`, the
-// namespace's glob characters escaped. It may match other keys of the namespace too (a
-// '*' spans ':' and '}'); splitJobKey tells them apart.
-func (s *Store) jobMatch() string {
-	var b strings.Builder
-	for _, c := range s.keys.global() {
-		switch c {
-		case '*', '?', '[', ']', '\\', '^':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String() + "{*}:job*"
-}
-
-// shardIDs maps the key prefix of each shard to its id, for splitJobKey.
-func (s *Store) shardIDs() map[string]ID {
-	shards := make(map[string]ID, len(s.keys.prefixes))
-	for i, p := range s.keys.prefixes {
-		shards[p] = ID(i)
-	}
-	return shards
-}
-
-// splitJobKey returns the shard of key when it is the key of a job of one of the shards
-// (keyed by their Keys.Prefix), `<prefix>job:<id>`, with the job id, or the key of one of
-// their cold job indexes, `<prefix>jobs:<slot>`, with cold true.
-func (s *Store) splitJobKey(shards map[string]ID, key string) (id ID, jobID string, cold, ok bool) {
-	g := s.keys.global()
-	if !strings.HasPrefix(key, g+"{") {
-		return 0, "", false, false
-	}
-	end := strings.IndexByte(key[len(g):], '}')
-	if end < 0 {
-		return 0, "", false, false
-	}
-	prefix := key[:len(g)+end+1] + ":" // `<ns>:v1:{<tag>}:`, as Keys.Prefix
-	id, ok = shards[prefix]
-	switch rest := key[len(prefix):]; {
-	case !ok:
-		return 0, "", false, false
-	case strings.HasPrefix(rest, "job:") && len(rest) > len("job:"):
-		return id, rest[len("job:"):], false, true
-	case rest == "jobs:packed":
-		// Packed jobs are listed from their hash, in pieces (scanPacked).
-		return 0, "", false, false
-	case strings.HasPrefix(rest, "jobs:") && len(rest) > len("jobs:"):
-		return id, "", true, true
-	}
-	return 0, "", false, false
-}
-
-// jobsOfKeys returns, per shard, the ids of the jobs that keys (a SCAN batch of
-// jobMatch) name: a job key its job, a cold job index the cold jobs it holds (read in
-// one pipeline). Other keys are left out.
-func (s *Store) jobsOfKeys(ctx context.Context, shards map[string]ID, keys []string) (map[ID][]string, error) {
-	batch := map[ID][]string{}
-	var idx []string
-	var idxShard []ID
-	for _, k := range keys {
-		id, jobID, cold, ok := s.splitJobKey(shards, k)
-		switch {
-		case !ok:
-		case cold:
-			idx, idxShard = append(idx, k), append(idxShard, id)
-		default:
-			batch[id] = append(batch[id], jobID)
-		}
-	}
-	if len(idx) == 0 {
-		return batch, nil
-	}
-	cmds := make(rueidis.Commands, len(idx))
-	for i, k := range idx {
-		cmds[i] = s.c.B().Hkeys().Key(k).Build()
-	}
-	for i, r := range s.c.DoMulti(ctx, cmds...) {
-		ids, err := r.AsStrSlice()
-		if err != nil {
-			return nil, fmt.Errorf("read cold jobs %s: %w", idx[i], err)
-		}
-		batch[idxShard[i]] = append(batch[idxShard[i]], ids...)
-	}
-	return batch, nil
 }
 
 // ReadJobs reads whole jobs of shard id: each job with its hash and expiry in one atomic

@@ -11,9 +11,9 @@ func TestJobMatch_EscapesGlob(t *testing.T) {
 	tags, err := Tags(2)
 	require.NoError(t, err)
 	for _, tc := range []struct{ ns, want string }{
-		{"tock", "tock:v1:{*}:job*"},
-		{"a.b-c~d_e", "a.b-c~d_e:v1:{*}:job*"},
-		{`a*b?c[d]e\f^g`, `a\*b\?c\[d\]e\\f\^g:v1:{*}:job*`},
+		{"tock", "tock:v2:{*}:[jc]*"},
+		{"a.b-c~d_e", "a.b-c~d_e:v2:{*}:[jc]*"},
+		{`a*b?c[d]e\f^g`, `a\*b\?c\[d\]e\\f\^g:v2:{*}:[jc]*`},
 	} {
 		s := &Store{keys: NewKeys(tc.ns, tags)}
 		require.Equal(t, tc.want, s.jobMatch(), tc.ns)
@@ -37,12 +37,12 @@ func TestSplitJobKey(t *testing.T) {
 		{s.keys.Job(0, "x:job:y"), 0, "x:job:y", false, true},
 		{s.keys.Job(1, ""), 0, "", false, false},
 		{s.keys.Ready(1, "q}:job:x"), 0, "", false, false},
-		{"ns.x:v1:{nope}:job:x", 0, "", false, false},
-		{"ns.x:v1:{" + tags[1] + "}:jobs:17", 1, "", true, true},
-		{"ns.x:v1:{" + tags[1] + "}:jobs:", 0, "", false, false},
-		{"ns.x:v1:{" + tags[0] + "}:jobx:1", 0, "", false, false},
-		{"ns.xy:v1:{" + tags[0] + "}:job:x", 0, "", false, false},
-		{"ns.x:v1:{" + tags[0], 0, "", false, false},
+		{"ns.x:v2:{nope}:job:x", 0, "", false, false},
+		{"ns.x:v2:{" + tags[1] + "}:cold:index:17", 1, "", true, true},
+		{"ns.x:v2:{" + tags[1] + "}:cold:index:", 0, "", false, false},
+		{"ns.x:v2:{" + tags[0] + "}:jobx:1", 0, "", false, false},
+		{"ns.xy:v2:{" + tags[0] + "}:job:x", 0, "", false, false},
+		{"ns.x:v2:{" + tags[0], 0, "", false, false},
 	} {
 		id, jobID, cold, ok := s.splitJobKey(shards, tc.key)
 		require.Equal(t, tc.ok, ok, tc.key)

@@ -103,7 +103,7 @@ func TestScanAllJobs_EachJobOnceWithItsShard(t *testing.T) {
 		k := s.Keys()
 		for _, key := range []string{
 			k.Ready(3, "q}:job:stray"),
-			strings.Replace(k.Job(0, "unknown-tag"), k.Prefix(0), s.Config().Namespace+":v1:{nope}:", 1),
+			strings.Replace(k.Job(0, "unknown-tag"), k.Prefix(0), s.Config().Namespace+":v2:{nope}:", 1),
 			k.Prefix(5) + "job:",
 		} {
 			require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("1").Build()).Error(), key)

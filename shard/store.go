@@ -180,6 +180,9 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	}
 	s := &Store{c: c, cfg: cfg, keys: NewKeys(cfg.Namespace, tags), scripts: scripts, bucketMs: cfg.BucketSize.Milliseconds()}
 	s.loadLibrary(ctx)
+	if err := s.refuseOldSchemas(ctx); err != nil {
+		return nil, err
+	}
 	want := []string{strconv.Itoa(cfg.Shards), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(SchemaVersion)}
 	reply, err := s.exec1(ctx, call{scripts.InitNamespace, []string{s.keys.Meta()}, want}).ToArray()
 	if err != nil {
@@ -206,6 +209,41 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// OldSchemaError is returned by Open when the namespace holds data in the layout of an
+// earlier schema, which this build does not read: its keys (`<ns>:v<schema>:*`) are
+// apart from this build's, so the jobs are there but invisible to it.
+type OldSchemaError struct {
+	Namespace string
+	Schema    int
+}
+
+func (e *OldSchemaError) Error() string {
+	return fmt.Sprintf("namespace %q holds jobs in data layout v%d, written by an earlier build of tock; this build "+
+		"uses v%d and does not read them. To keep them: export a snapshot with the earlier build (tock snapshot "+
+		"export), delete the keys %s:v%d:*, and restore the snapshot with this build (tock snapshot restore). "+
+		"To drop them: delete those keys",
+		e.Namespace, e.Schema, SchemaVersion, e.Namespace, e.Schema)
+}
+
+// refuseOldSchemas returns an OldSchemaError when the namespace has the settings record of
+// an earlier schema. An upgrade is never done in place: a start-up that rewrote every job
+// would hold Redis up for as long as the namespace is large, and the hot paths must not
+// read two layouts. A namespace that holds both (the v1 one restored from) is refused too
+// until the old keys are deleted, so that no job is left behind unseen.
+func (s *Store) refuseOldSchemas(ctx context.Context) error {
+	for v := 1; v < SchemaVersion; v++ {
+		key := s.cfg.Namespace + ":v" + strconv.Itoa(v) + ":meta"
+		n, err := s.c.Do(ctx, s.c.B().Exists().Key(key).Build()).AsInt64()
+		if err != nil {
+			return fmt.Errorf("open namespace %q: %w", s.cfg.Namespace, err)
+		}
+		if n > 0 {
+			return &OldSchemaError{Namespace: s.cfg.Namespace, Schema: v}
+		}
+	}
+	return nil
 }
 
 // Initialised reports whether Open initialised the namespace: true when it was new and

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/internal/redistest"
@@ -614,7 +613,7 @@ func TestFireDue_PlainRuns(t *testing.T) {
 		return out
 	}
 	plain := func(pri int, q string) []string { t.Helper(); return zrange(s.Keys().Plain(0, pri, q)) }
-	plains := func() []string { t.Helper(); return zrange(s.Keys().Plains(0)) }
+	plains := func() []string { t.Helper(); return zrange(s.Keys().PlainIndex(0)) }
 	bucket := func() []string { t.Helper(); return zrange(s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())) }
 	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
 	create := func(j *job.Job) {
@@ -674,73 +673,6 @@ func TestFireDue_PlainRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, others, 1)
 	require.Equal(t, "q", others[0].JobID)
-}
-
-// A namespace written before plain runs holds packed runs in due buckets. A fire takes the
-// packed runs it reads out of their due bucket, whether the bucket holds
-// only packed runs (the runs past the limit stay, in due order) or also other entries (a
-// cron occurrence stays for Fire, a job hash's run leaves).
-func TestFireDue_PackedRunsLeaveTheirBucket(t *testing.T) {
-	ctx := context.Background()
-	s, t0, fireAt := firingShard(t)
-	fire := func(at time.Duration, limit int) *shard.Due { t.Helper(); return fireAt(t0.Add(at), limit) }
-	c := s.Client()
-	bucket := s.Keys().Due(0, t0.UnixMilli()/time.Minute.Milliseconds())
-	left := func() []string {
-		t.Helper()
-		out, err := c.Do(ctx, c.B().Zrange().Key(bucket).Min("0").Max("-1").Build()).AsStrSlice()
-		require.NoError(t, err)
-		return out
-	}
-	member := func(id string, at time.Duration) string { return shard.RunMember(id, t0.Add(at).UnixMilli()) }
-	create := func(j *job.Job) {
-		t.Helper()
-		_, err := s.Create(ctx, []*job.Job{j})
-		require.NoError(t, err)
-	}
-	once := func(id string, at time.Duration) *job.Job {
-		return &job.Job{ID: id, Type: "t", Schedule: job.Schedule{At: t0.Add(at)}}
-	}
-	// legacy creates a packed job and files its run in its due bucket, where versions
-	// before plain runs (TestFireDue_PlainRuns) filed it.
-	legacy := func(j *job.Job) {
-		t.Helper()
-		create(j)
-		m := member(j.ID, j.Schedule.At.Sub(t0))
-		b := t0.UnixMilli() / time.Minute.Milliseconds()
-		for _, cmd := range []rueidis.Completed{
-			c.B().Zrem().Key(s.Keys().Plain(0, job.DefaultPriority, job.DefaultQueue)).Member(m).Build(),
-			c.B().Zadd().Key(bucket).ScoreMember().ScoreMember(float64(j.Schedule.At.UnixMilli()), m).Build(),
-			c.B().Zadd().Key(s.Keys().Buckets(0)).ScoreMember().ScoreMember(float64(t0.UnixMilli()), strconv.FormatInt(b, 10)).Build(),
-		} {
-			require.NoError(t, c.Do(ctx, cmd).Error())
-		}
-	}
-
-	// Packed runs only, more due than the limit: the first ones by due time leave.
-	for i, at := range []time.Duration{12 * time.Second, 10 * time.Second, 11 * time.Second} {
-		legacy(once("p"+strconv.Itoa(i), at))
-	}
-	d := fire(13*time.Second, 2)
-	require.Equal(t, 2, d.Fired)
-	require.Equal(t, []string{member("p0", 12*time.Second)}, left())
-	require.Equal(t, 1, fire(13*time.Second, 100).Fired)
-	require.Empty(t, left())
-
-	// A cron occurrence and a job hash's run among packed runs.
-	create(&job.Job{ID: "cron", Type: "t", Schedule: job.Schedule{Cron: "20 * * * * *"}})
-	legacy(once("a", 21*time.Second))
-	legacy(once("u", 22*time.Second))
-	legacy(once("b", 23*time.Second))
-	pri := 6
-	_, err := s.Update(ctx, "u", shard.Update{Priority: &pri}) // unpacks it
-	require.NoError(t, err)
-	require.Len(t, left(), 4)
-	d = fire(30*time.Second, 100)
-	require.Equal(t, 3, d.Fired)
-	require.Len(t, d.Cron, 1)
-	require.Equal(t, []string{member("cron", 20*time.Second)}, left(), "the occurrence waits for Fire")
-	require.ElementsMatch(t, []string{"p0", "p1", "p2", "a", "u", "b"}, claimIDs(t, s, "default", 10))
 }
 
 // What an acknowledged one-time run leaves in its job's hash, field by field: the run's
@@ -1154,7 +1086,7 @@ func TestFireDue_PlainIndexMayBeEarly(t *testing.T) {
 	c := s.Client()
 	indexed := func() int64 {
 		t.Helper()
-		score, err := c.Do(ctx, c.B().Zscore().Key(s.Keys().Plains(0)).Member("5:default").Build()).AsFloat64()
+		score, err := c.Do(ctx, c.B().Zscore().Key(s.Keys().PlainIndex(0)).Member("5:default").Build()).AsFloat64()
 		require.NoError(t, err)
 		return int64(score)
 	}
@@ -1174,7 +1106,7 @@ func TestFireDue_PlainIndexMayBeEarly(t *testing.T) {
 	d = fire(21 * time.Second)
 	require.Equal(t, 1, d.Fired)
 	require.Equal(t, int64(-1), d.NextDue)
-	n, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().Plains(0)).Build()).AsInt64()
+	n, err := c.Do(ctx, c.B().Zcard().Key(s.Keys().PlainIndex(0)).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "the emptied set left the index")
 }

@@ -135,7 +135,7 @@ func testPreEpochJob(t *testing.T, b redistest.Backend, due int64, packed bool, 
 	// "retry": {"max_attempts": 1}}.
 	if packed {
 		v := nowStr + "||default|5|old|" + dueStr + "|0|olddh|@t=1:tma=1:1"
-		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().Packed(0)).FieldValue().FieldValue("old", v).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().PackedJobs(0)).FieldValue().FieldValue("old", v).Build()).Error())
 	} else {
 		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().Job(0, "old")).FieldValue().
 			FieldValue("cr", nowStr).FieldValue("dh", "olddh").FieldValue("ma", "1").FieldValue("nx", "0").

@@ -180,59 +180,6 @@ func (c *Claimed) parseRest(rest string) error {
 	return nil
 }
 
-// parsePacked reads the type, payload and settings of a packed job's value (lua common's
-// PACKED): "created|visibility|queue|priority|id|offset|age|dh|k", then name=length:value
-// per definition field that differs from its default, the payload last and whole. A
-// setting left out keeps its default.
-func (c *Claimed) parsePacked(v string) error {
-	rest := v
-	for range 8 {
-		i := strings.IndexByte(rest, '|')
-		if i < 0 {
-			return errors.New("short header")
-		}
-		rest = rest[i+1:]
-	}
-	if rest == "" {
-		return errors.New("short header")
-	}
-	c.Payload = []byte{}
-	for rest = rest[1:]; rest != ""; {
-		eq := strings.IndexByte(rest, '=')
-		colon := strings.IndexByte(rest, ':')
-		if eq < 0 || colon < eq {
-			return fmt.Errorf("bad field at %q", trunc(rest))
-		}
-		n, err := strconv.Atoi(rest[eq+1 : colon])
-		if err != nil || n < 0 || colon+1+n > len(rest) {
-			return fmt.Errorf("bad field length at %q", trunc(rest))
-		}
-		name, val := rest[:eq], rest[colon+1:colon+1+n]
-		rest = rest[colon+1+n:]
-		switch name {
-		case "t":
-			c.Type = val
-		case "p":
-			c.Payload = []byte(val)
-		case "to", "vt":
-			ms, err := strconv.ParseInt(val, 10, 64)
-			if err != nil {
-				return fmt.Errorf("%s %q: %w", name, val, err)
-			}
-			if name == "to" {
-				c.Timeout = time.Duration(ms) * time.Millisecond
-			} else {
-				c.Visibility = time.Duration(ms) * time.Millisecond
-			}
-		case "ma":
-			if c.MaxAttempts, err = strconv.Atoi(val); err != nil {
-				return fmt.Errorf("ma %q: %w", val, err)
-			}
-		}
-	}
-	return nil
-}
-
 // trunc shortens s for an error message.
 func trunc(s string) string {
 	if len(s) > 40 {

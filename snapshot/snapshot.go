@@ -61,7 +61,8 @@ func (e *CorruptError) Error() string {
 type Manifest struct {
 	// Format is the snapshot format, FormatVersion.
 	Format int `json:"format"`
-	// Schema is the data layout version of the jobs (shard.SchemaVersion).
+	// Schema is the data layout version of the namespace the jobs were exported from
+	// (shard.SchemaVersion); shard.OldestSnapshotSchema is the oldest one restored.
 	Schema int `json:"schema"`
 	// ID names the snapshot: "<namespace>/<UTC start time>", e.g.
 	// "tock/20260102T150405.123Z"; it is also the snapshot's folder in the bucket.
@@ -305,8 +306,8 @@ func (m *Manifest) check(id string) error {
 	switch {
 	case m.Format != FormatVersion:
 		return fmt.Errorf("format %d, this tock reads format %d only", m.Format, FormatVersion)
-	case m.Schema != shard.SchemaVersion:
-		return fmt.Errorf("data schema v%d, this tock uses v%d", m.Schema, shard.SchemaVersion)
+	case m.Schema < shard.OldestSnapshotSchema || m.Schema > shard.SchemaVersion:
+		return fmt.Errorf("data schema v%d, this tock restores v%d to v%d", m.Schema, shard.OldestSnapshotSchema, shard.SchemaVersion)
 	case m.ID != id:
 		return fmt.Errorf("names snapshot %q", m.ID)
 	case !strings.HasPrefix(id, m.Namespace+"/"):

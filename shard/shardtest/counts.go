@@ -71,14 +71,19 @@ func CheckCounts(t testing.TB, s *shard.Store) {
 			n, _ := strconv.ParseInt(b, 10, 64)
 			count(id, zrange(k.Due(id, n)), 0)
 		}
-		for _, p := range zrange(k.Plains(id)) {
-			count(id, zrange(k.Prefix(id)+"plain:"+p), 0)
+		for _, p := range zrange(k.PlainIndex(id)) {
+			pri, q, _ := strings.Cut(p, ":")
+			n, err := strconv.Atoi(pri)
+			require.NoError(t, err, p)
+			count(id, zrange(k.Plain(id, n, q)), 0)
 		}
 		// Cold jobs (shard.Config.ColdAfter) count as scheduled: their records in the
-		// shard's packs start with their ids.
+		// shard's cold lists start with their ids.
 		var cold []string
-		for _, b := range zrange(k.Prefix(id) + "cold") {
-			recs, err := rc.Do(ctx, rc.B().Lrange().Key(k.Prefix(id)+"pack:"+b).Start(0).Stop(-1).Build()).AsStrSlice()
+		for _, b := range zrange(k.ColdBuckets(id)) {
+			n, err := strconv.ParseInt(b, 10, 64)
+			require.NoError(t, err, b)
+			recs, err := rc.Do(ctx, rc.B().Lrange().Key(k.ColdList(id, n)).Start(0).Stop(-1).Build()).AsStrSlice()
 			require.NoError(t, err)
 			for _, r := range recs {
 				cold = append(cold, r[:strings.IndexByte(r, '|')])
