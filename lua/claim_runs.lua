@@ -110,6 +110,7 @@ for k, member in ipairs(popped) do
   ids[k], dues[k] = match(member, '^([^:]*):(.*)$') -- split_run, inlined
 end
 local packed = packed_values(P, ids)
+local vts = packed_vts(packed)
 local runAdds, nr = {}, 0
 -- The packed runs' work, the most common, inlined but for what reads a packed value.
 local nowLen = #nowStr
@@ -129,7 +130,13 @@ for k, member in ipairs(popped) do
       runAdds[nr + 1], runAdds[nr + 2] = id, packed_running(firstTok, worker, due, ARGV[5])
     end
     nr = nr + 2
-    file_inflight(member, packed_vt(pv))
+    local vt = vts[k]
+    if vt then
+      file_inflight(member, vt)
+    else
+      inflight[ni + 1], inflight[ni + 2] = defDeadline, member
+      ni = ni + 2
+    end
     out[no + 1], out[no + 2] = member, pv
     no = no + 2
   else

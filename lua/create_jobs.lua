@@ -112,9 +112,9 @@ for c = 1, n do
       -- An 'at' time comes as the integer string it is (the caller formats it).
       local dueStr = kind == 'at' and when or num(due)
       local state, next, nextStr, rl
-      -- A one-time job is packed unless its priority is no digit (the API refuses it),
-      -- whose plain set's name fire_due could not turn into a ready score.
-      local packIt = pack and kind ~= 'cron' and plain_fits(pri)
+      -- A one-time job is packed unless its priority is no digit (the API refuses it):
+      -- fire_due turns a plain set's name into a ready score, which needs a digit.
+      local packIt = pack and kind ~= 'cron' and (pri == '' or PRI_DIGIT[pri])
       local scheduled = kind == 'cron' or due > now
       if scheduled and (not lastLo or due < lastLo or due >= lastHi) then
         local bn = math.floor(due / bucketMs)

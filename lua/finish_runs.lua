@@ -57,6 +57,8 @@ end
 
 local now, _, nowStr = now_ms()
 local leaving = {}
+-- What a succeeded packed run's state gets after its running state (packed_done).
+local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
 
 -- The earliest retry filed by this call when it is earlier than every run the shard
 -- held before it (common's shard_earliest, read at the first retry): the dispatcher is
@@ -237,13 +239,12 @@ local function finish(member, outcome, token, errmsg, delay)
   return 1
 end
 
--- Packed runs that succeeded in this call: id, state, ... and their ids, which expire
--- together (retention after now).
-local packedDone, packedIds = {}, {}
+-- Packed runs that succeeded in this call: their ids and running states (packed_done).
+local packedIds, packedRuns = {}, {}
 
 local function done()
-  if #packedDone > 0 then
-    packed_done(P, packedDone, packedIds, now + tonumber(retention), bucketMs)
+  if #packedIds > 0 then
+    packed_done(P, packedIds, packedRuns, doneSuffix, now + tonumber(retention), bucketMs)
   end
   for k = 1, #leaving, 6000 do
     redis.call('ZREM', inflightKey, unpack(leaving, k, math.min(k + 5999, #leaving)))
@@ -286,9 +287,7 @@ end
 local shortToken = ARGV[9]
 local ids, runs = packed_runs(P, members)
 local finished = {}
--- A succeeded packed run's state is its running state with "|end|expiry" after it
--- (packed_succeeded). Its token is checked by a plain search (packed_held_prefix).
-local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
+-- A succeeded packed run's token is checked by a plain search (packed_held_prefix).
 local heldBy = {} -- token -> what the state of a run held with it starts with
 -- The queue of the last succeeded packed run, and how many of its runs in a row
 -- succeeded, counted with one stat call.
@@ -322,9 +321,8 @@ for k = 1, n do
         lastTail = '|' .. lastQ
       end
       inQ = inQ + 1
-      local d = #packedDone
-      packedDone[d + 1], packedDone[d + 2] = id, packed_succeeded(run, doneSuffix)
-      packedIds[#packedIds + 1] = id
+      local d = #packedIds + 1
+      packedIds[d], packedRuns[d] = id, run
       leaving[#leaving + 1] = member
       results[k] = 1
     else

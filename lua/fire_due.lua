@@ -159,10 +159,11 @@ end
 if thawMore or expireMore then
   nextDue = now
 else
-  for _, t in ipairs({ nextExpiry or -1, nextThaw or -1 }) do
-    if t ~= -1 and (nextDue == -1 or t < nextDue) then
-      nextDue = t
-    end
+  if nextExpiry and (nextDue == -1 or nextExpiry < nextDue) then
+    nextDue = nextExpiry
+  end
+  if nextThaw and (nextDue == -1 or nextThaw < nextDue) then
+    nextDue = nextThaw
   end
 end
 

@@ -43,90 +43,13 @@ func packedKeys(t *testing.T, b redistest.Backend, s *shard.Store) int {
 	})
 }
 
-// twins runs the same steps on a store that packs jobs and one that keeps job hashes, and
-// checks that both read the same: Get (times within a second), Runs and the queue counts.
-type twins struct {
-	t      *testing.T
-	b      redistest.Backend
-	packed *shard.Store
-	hashed *shard.Store
-}
-
-func newTwins(t *testing.T, b redistest.Backend, cfg shard.Config) *twins {
+// newTwins returns the twins of a store that packs jobs (Got) and one that keeps job
+// hashes (Ref), of one shard each.
+func newTwins(t *testing.T, b redistest.Backend, cfg shard.Config) *shardtest.Twins {
 	cfg.Shards = 1
 	h := cfg
 	h.NoPack = true
-	return &twins{t: t, b: b, packed: open(t, b, cfg), hashed: open(t, b, h)}
-}
-
-func (w *twins) both(fn func(s *shard.Store)) {
-	fn(w.packed)
-	fn(w.hashed)
-}
-
-func (w *twins) same(ids ...string) {
-	t := w.t
-	t.Helper()
-	ctx := context.Background()
-	for _, id := range ids {
-		want, err := w.hashed.Get(ctx, id)
-		require.NoError(t, err, id)
-		got, err := w.packed.Get(ctx, id)
-		require.NoError(t, err, id)
-		require.WithinDuration(t, want.CreatedAt, got.CreatedAt, time.Second, id)
-		require.WithinDuration(t, want.NextRunAt, got.NextRunAt, time.Second, id)
-		require.WithinDuration(t, want.Expires, got.Expires, time.Second, id)
-		require.Equal(t, want.NextRunAt.IsZero(), got.NextRunAt.IsZero(), id)
-		require.Equal(t, want.Expires.IsZero(), got.Expires.IsZero(), id)
-		// A retry's time has jitter: within the spread of a 1s backoff.
-		require.WithinDuration(t, want.RetryAt, got.RetryAt, time.Second, id)
-		require.Equal(t, want.RetryAt.IsZero(), got.RetryAt.IsZero(), id)
-		got.CreatedAt, got.NextRunAt, got.Expires, got.RetryAt = want.CreatedAt, want.NextRunAt, want.Expires, want.RetryAt
-		require.Equal(t, want, got, id)
-
-		wantRuns, err := w.hashed.Runs(ctx, id)
-		require.NoError(t, err, id)
-		gotRuns, err := w.packed.Runs(ctx, id)
-		require.NoError(t, err, id)
-		require.Len(t, gotRuns, len(wantRuns), id)
-		for k := range wantRuns {
-			g, r := gotRuns[k], wantRuns[k]
-			for _, p := range [][2]*time.Time{{&g.Due, &r.Due}, {&g.Start, &r.Start}, {&g.End, &r.End}} {
-				require.WithinDuration(t, *p[1], *p[0], time.Second, id)
-				require.Equal(t, p[1].IsZero(), p[0].IsZero(), id)
-				*p[0] = *p[1]
-			}
-			require.Equal(t, r, g, id)
-		}
-	}
-	require.Equal(t, queueStats(t, w.hashed), queueStats(t, w.packed))
-	shardtest.CheckCounts(t, w.packed)
-}
-
-// of returns the one of packed and hashed (runs claimed by claimAll) that store s holds.
-func (w *twins) of(s *shard.Store, packed, hashed map[string]shard.Claimed) map[string]shard.Claimed {
-	if s == w.hashed {
-		return hashed
-	}
-	return packed
-}
-
-// claimAll claims every ready run of both stores, by job id.
-func (w *twins) claimAll() (packed, hashed map[string]shard.Claimed) {
-	t := w.t
-	t.Helper()
-	get := func(s *shard.Store) map[string]shard.Claimed {
-		out := map[string]shard.Claimed{}
-		for _, q := range []string{"default", "q"} {
-			c, err := s.Claim(context.Background(), 0, q, 100, "w", "n")
-			require.NoError(t, err)
-			for _, r := range c {
-				out[r.JobID] = r
-			}
-		}
-		return out
-	}
-	return get(w.packed), get(w.hashed)
+	return &shardtest.Twins{T: t, Got: open(t, b, cfg), Ref: open(t, b, h)}
 }
 
 // A job due when it is created is packed, with no job hash, and reads, lists and exports
@@ -136,10 +59,10 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		w := newTwins(t, b, shard.Config{Retention: time.Hour})
-		now, err := w.packed.ServerNow(ctx)
+		now, err := w.Got.ServerNow(ctx)
 		require.NoError(t, err)
 		jobs := packedJobs(now)
-		w.both(func(s *shard.Store) {
+		w.Both(func(s *shard.Store) {
 			res, err := s.Create(ctx, jobs)
 			require.NoError(t, err)
 			for _, r := range res {
@@ -150,20 +73,20 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 		})
 		var ids []string
 		for _, j := range jobs {
-			require.False(t, jobExists(t, b, w.packed, j.ID), "%s is packed", j.ID)
-			require.True(t, jobExists(t, b, w.hashed, j.ID), j.ID)
+			require.False(t, jobExists(t, b, w.Got, j.ID), "%s is packed", j.ID)
+			require.True(t, jobExists(t, b, w.Ref, j.ID), j.ID)
 			ids = append(ids, j.ID)
 		}
 		sort.Strings(ids)
-		require.Positive(t, packedKeys(t, b, w.packed))
-		w.same(ids...)
-		_, err = w.packed.Get(ctx, "nope")
+		require.Positive(t, packedKeys(t, b, w.Got))
+		w.Same(ids...)
+		_, err = w.Got.Get(ctx, "nope")
 		require.ErrorIs(t, err, shard.ErrNotFound)
 
 		// List, in pages of one, and the snapshot scan see every job once.
 		var listed []string
 		for f := (shard.ListFilter{Limit: 1}); ; {
-			page, err := w.packed.List(ctx, f)
+			page, err := w.Got.List(ctx, f)
 			require.NoError(t, err)
 			for _, info := range page.Jobs {
 				require.Equal(t, job.StateReady, info.State)
@@ -177,7 +100,7 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 		sort.Strings(listed)
 		require.Equal(t, ids, listed)
 		var scanned []string
-		require.NoError(t, w.packed.ScanAllJobs(ctx, func(_ shard.ID, jobIDs []string) error {
+		require.NoError(t, w.Got.ScanAllJobs(ctx, func(_ shard.ID, jobIDs []string) error {
 			scanned = append(scanned, jobIDs...)
 			return nil
 		}))
@@ -186,20 +109,20 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 
 		// Creating again with the same definition finds the job (and unpacks it); with
 		// another, conflicts.
-		res, err := w.packed.Create(ctx, packedJobs(now)[:1])
+		res, err := w.Got.Create(ctx, packedJobs(now)[:1])
 		require.NoError(t, err)
 		require.False(t, res[0].Created)
 		require.False(t, res[0].Conflict)
 		require.Equal(t, job.StateReady, res[0].State)
 		other := packedJobs(now)[1]
 		other.Payload = []byte("changed")
-		res, err = w.packed.Create(ctx, []*job.Job{other})
+		res, err = w.Got.Create(ctx, []*job.Job{other})
 		require.NoError(t, err)
 		require.True(t, res[0].Conflict)
-		w.same(ids...)
+		w.Same(ids...)
 
 		// Claimed: the same definitions and tokens; running alike.
-		pc, hc := w.claimAll()
+		pc, hc := w.ClaimAll()
 		require.Len(t, pc, len(jobs))
 		for _, j := range jobs {
 			p, h := pc[j.ID], hc[j.ID]
@@ -211,11 +134,11 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 			p.Member, p.Due, p.ClaimedAt, p.StartAt = h.Member, h.Due, h.ClaimedAt, h.StartAt
 			require.Equal(t, h, p, j.ID)
 		}
-		w.same(ids...)
+		w.Same(ids...)
 
 		// Succeeded: completed alike, with the same expiry and history.
-		w.both(func(s *shard.Store) {
-			c := w.of(s, pc, hc)
+		w.Both(func(s *shard.Store) {
+			c := w.Of(s, pc, hc)
 			var fin []shard.Finish
 			for _, r := range c {
 				fin = append(fin, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
@@ -230,13 +153,13 @@ func TestPacked_ReadsAsHashes(t *testing.T) {
 			require.NoError(t, err)
 			require.ErrorIs(t, errs[0], shard.ErrTokenMismatch)
 		})
-		w.same(ids...)
+		w.Same(ids...)
 		for _, j := range jobs {
 			// Those created again were unpacked then.
 			unpacked := j.ID == "bin" || j.ID == "none"
-			require.Equal(t, unpacked, jobExists(t, b, w.packed, j.ID), j.ID)
+			require.Equal(t, unpacked, jobExists(t, b, w.Got, j.ID), j.ID)
 		}
-		info, err := w.packed.Get(ctx, "bin")
+		info, err := w.Got.Get(ctx, "bin")
 		require.NoError(t, err)
 		require.Equal(t, job.StateCompleted, info.State)
 		require.WithinDuration(t, now.Add(time.Hour), info.Expires, 5*time.Second)
@@ -249,7 +172,7 @@ func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		w := newTwins(t, b, shard.Config{Retention: time.Hour})
-		now, err := w.packed.ServerNow(ctx)
+		now, err := w.Got.ServerNow(ctx)
 		require.NoError(t, err)
 		at := now.Add(30 * time.Second).Truncate(time.Millisecond)
 		pri := 3
@@ -261,7 +184,7 @@ func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
 		}
 		ids := []string{"paused", "s1", "s2", "s3"}
 		leases := map[*shard.Store]shard.Lease{}
-		w.both(func(s *shard.Store) {
+		w.Both(func(s *shard.Store) {
 			res, err := s.Create(ctx, jobs)
 			require.NoError(t, err)
 			for _, r := range res {
@@ -274,20 +197,20 @@ func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
 			require.True(t, l.Held)
 			leases[s] = l.Lease
 		})
-		require.False(t, jobExists(t, b, w.packed, "s1"), "packed")
-		require.True(t, jobExists(t, b, w.packed, "paused"), "unpacked by the pause")
-		w.same(ids...)
+		require.False(t, jobExists(t, b, w.Got, "s1"), "packed")
+		require.True(t, jobExists(t, b, w.Got, "paused"), "unpacked by the pause")
+		w.Same(ids...)
 
 		// Fired a minute ahead: all but the paused one, alike.
-		w.both(func(s *shard.Store) {
+		w.Both(func(s *shard.Store) {
 			d, err := s.FireDue(ctx, leases[s], 100, time.Minute)
 			require.NoError(t, err)
 			require.Equal(t, 3, d.Fired)
 		})
-		require.False(t, jobExists(t, b, w.packed, "s1"), "still packed")
-		w.same(ids...)
+		require.False(t, jobExists(t, b, w.Got, "s1"), "still packed")
+		w.Same(ids...)
 
-		pc, hc := w.claimAll()
+		pc, hc := w.ClaimAll()
 		require.Len(t, pc, 3)
 		for _, id := range ids[1:] {
 			p, h := pc[id], hc[id]
@@ -297,10 +220,10 @@ func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
 			p.ClaimedAt = h.ClaimedAt
 			require.Equal(t, h, p, id)
 		}
-		w.same(ids...)
+		w.Same(ids...)
 
-		w.both(func(s *shard.Store) {
-			c := w.of(s, pc, hc)
+		w.Both(func(s *shard.Store) {
+			c := w.Of(s, pc, hc)
 			var fin []shard.Finish
 			for _, id := range ids[1:] {
 				fin = append(fin, shard.Finish{Member: c[id].Member, Token: c[id].Token, Outcome: shard.Succeeded})
@@ -309,7 +232,7 @@ func TestPacked_ScheduledFiresAsHashes(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []error{nil, nil, nil}, errs)
 		})
-		w.same(ids...)
+		w.Same(ids...)
 	})
 }
 
@@ -320,7 +243,7 @@ func TestPacked_OtherEndsUnpack(t *testing.T) {
 		ctx := context.Background()
 		w := newTwins(t, b, shard.Config{Retention: time.Hour})
 		ids := []string{"back", "cancel-ready", "cancel-running", "extend", "fail", "snooze", "stale"}
-		w.both(func(s *shard.Store) {
+		w.Both(func(s *shard.Store) {
 			var jobs []*job.Job
 			for _, id := range ids {
 				jobs = append(jobs, &job.Job{ID: id, Type: "t", Payload: []byte("p-" + id), Schedule: job.Schedule{Now: true}})
@@ -332,13 +255,13 @@ func TestPacked_OtherEndsUnpack(t *testing.T) {
 			require.True(t, changed)
 			require.Equal(t, job.StateCancelled, st)
 		})
-		require.True(t, jobExists(t, b, w.packed, "cancel-ready"), "unpacked by the cancel")
-		w.same(ids...)
+		require.True(t, jobExists(t, b, w.Got, "cancel-ready"), "unpacked by the cancel")
+		w.Same(ids...)
 
-		pc, hc := w.claimAll()
+		pc, hc := w.ClaimAll()
 		require.Len(t, pc, len(ids)-1, "the cancelled job's run left the ready set")
-		w.both(func(s *shard.Store) {
-			c := w.of(s, pc, hc)
+		w.Both(func(s *shard.Store) {
+			c := w.Of(s, pc, hc)
 			_, _, err := s.Cancel(ctx, "cancel-running")
 			require.NoError(t, err)
 			res, err := s.Extend(ctx, 0, []shard.Held{{Member: c["extend"].Member, Token: c["extend"].Token}})
@@ -356,17 +279,17 @@ func TestPacked_OtherEndsUnpack(t *testing.T) {
 			require.Equal(t, []error{nil, nil, nil, nil, nil, shard.ErrTokenMismatch}, errs)
 		})
 		for _, id := range []string{"back", "cancel-running", "extend", "fail", "snooze"} {
-			require.True(t, jobExists(t, b, w.packed, id), "%s unpacked", id)
+			require.True(t, jobExists(t, b, w.Got, id), "%s unpacked", id)
 		}
-		require.False(t, jobExists(t, b, w.packed, "stale"), "a late ack leaves the job packed")
-		w.same(ids...)
+		require.False(t, jobExists(t, b, w.Got, "stale"), "a late ack leaves the job packed")
+		w.Same(ids...)
 
 		// The handed-back run is claimed again, its attempt not used.
-		pc, hc = w.claimAll()
+		pc, hc = w.ClaimAll()
 		require.Len(t, pc, 1)
 		require.Equal(t, hc["back"].Attempt, pc["back"].Attempt)
 		require.Equal(t, 1, pc["back"].Attempt)
-		w.same(ids...)
+		w.Same(ids...)
 	})
 }
 
@@ -511,7 +434,7 @@ func TestPacked_FiredInPriorityOrder(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		w := newTwins(t, b, shard.Config{})
-		now, err := w.packed.ServerNow(ctx)
+		now, err := w.Got.ServerNow(ctx)
 		require.NoError(t, err)
 		at := now.Add(30 * time.Second).Truncate(time.Millisecond)
 		var jobs []*job.Job
@@ -527,7 +450,7 @@ func TestPacked_FiredInPriorityOrder(t *testing.T) {
 			jobs = append(jobs, j)
 			ids = append(ids, j.ID)
 		}
-		w.both(func(s *shard.Store) {
+		w.Both(func(s *shard.Store) {
 			_, err := s.Create(ctx, jobs)
 			require.NoError(t, err)
 			l := s.AcquireLeases(ctx, "d", []shard.ID{0}, time.Hour)[0]
@@ -536,14 +459,14 @@ func TestPacked_FiredInPriorityOrder(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, len(jobs), d.Fired)
 		})
-		w.same(ids...)
+		w.Same(ids...)
 		byID := map[string]*job.Job{}
 		for _, j := range jobs {
 			byID[j.ID] = j
 		}
 		for q, n := range map[string]int{"default": 28, "q": 20} {
 			var orders [2][]string
-			for k, s := range []*shard.Store{w.packed, w.hashed} {
+			for k, s := range []*shard.Store{w.Got, w.Ref} {
 				c, err := s.Claim(ctx, 0, q, 100, "w", "n")
 				require.NoError(t, err)
 				for _, r := range c {

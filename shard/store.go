@@ -15,6 +15,11 @@ import (
 	"github.com/tockhq/tock/lua"
 )
 
+// minColdAfter is the least Config.ColdAfter: a job due sooner is not worth packing and
+// thawing again. The package's tests lower it (export_test.go) to see cold jobs thaw
+// within seconds.
+var minColdAfter = time.Minute
+
 // DefaultColdAfter is Config.ColdAfter's default.
 const DefaultColdAfter = 10 * time.Minute
 
@@ -120,8 +125,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("shards: must be 1 to %d, got %d", MaxShards, c.Shards)
 	case c.BucketSize < time.Second || c.BucketSize > 24*time.Hour:
 		return fmt.Errorf("bucket size: must be 1s to 24h, got %s", c.BucketSize)
-	case c.ColdAfter > 0 && c.ColdAfter < time.Minute:
-		return fmt.Errorf("cold after: must be at least 1m (or negative: never), got %s", c.ColdAfter)
+	case c.ColdAfter > 0 && c.ColdAfter < minColdAfter:
+		return fmt.Errorf("cold after: must be at least %s (or negative: never), got %s", strings.TrimSuffix(minColdAfter.String(), "0s"), c.ColdAfter)
 	case c.History < 1 || c.History > 1000:
 		return fmt.Errorf("history: must be 1 to 1000, got %d", c.History)
 	case c.Retention < time.Second:

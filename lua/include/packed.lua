@@ -66,15 +66,21 @@ local function packed_head(v)
   return string.match(v, '^%d+|%d*|([^|]*)|(%d*)|')
 end
 
--- packed_vt returns the visibility timeout (ms, a string) of packed value v, nil for the
--- default. Two bytes read tell the default from a 13-digit creation time on, for a
--- fraction of a pattern match.
-local function packed_vt(v)
-  local b14, b15 = string.byte(v, 14, 15)
-  if b14 == 124 and b15 == 124 then
-    return nil
+-- packed_vts returns, per packed value of values (false for a job that is not packed),
+-- its visibility timeout (ms, a string), or false for the default. Two bytes read tell
+-- the default from a 13-digit creation time on, for a fraction of a pattern match; one
+-- call for all the runs of a claim, as a call per run costs more than reading the bytes.
+local function packed_vts(values)
+  local vts, byte, match = {}, string.byte, string.match
+  for k, v in ipairs(values) do
+    if not v then
+      vts[k] = false
+    else
+      local b14, b15 = byte(v, 14, 15)
+      vts[k] = not (b14 == 124 and b15 == 124) and match(v, '^%d+|(%d+)|')
+    end
   end
-  return string.match(v, '^%d+|(%d+)|')
+  return vts
 end
 
 -- packed_state returns the fields (HGETALL's form) of the job hash that packed job id of
@@ -228,16 +234,14 @@ local function packed_run_queue(run)
   return string.match(run, '([^|]*)$')
 end
 
--- packed_succeeded returns the state of running state run once it succeeded: C for R and
--- doneSuffix ("|end|expiry") after it.
-local function packed_succeeded(run, doneSuffix)
-  return 'C' .. string.sub(run, 2) .. doneSuffix
-end
-
--- packed_done records that the packed runs of ids succeeded, with their states (id,
--- state, ...), and files the ids to expire together, in the expiry bucket (width bucketMs)
--- after expiry (ms).
-local function packed_done(P, states, ids, expiry, bucketMs)
+-- packed_done records that the packed runs of ids succeeded, given their running states
+-- (runs): each becomes C for R with doneSuffix ("|end|expiry") after it. It files the
+-- ids to expire together, in the expiry bucket (width bucketMs) after expiry (ms).
+local function packed_done(P, ids, runs, doneSuffix, expiry, bucketMs)
+  local states, sub = {}, string.sub
+  for k, id in ipairs(ids) do
+    states[2 * k - 1], states[2 * k] = id, 'C' .. sub(runs[k], 2) .. doneSuffix
+  end
   redis.call('HSET', P .. PACKED_RUNS, unpack(states))
   local b = num(math.floor(expiry / bucketMs) + 1)
   local len = 0

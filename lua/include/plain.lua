@@ -35,12 +35,6 @@ local function plain_run_key(P, pri, q)
   return P .. PLAIN .. plain_set(pri, q)
 end
 
--- plain_fits reports whether a run of priority pri (as sent, '' the default) can be a
--- plain run: fire_due turns a set's name into a ready score, which needs a digit.
-local function plain_fits(pri)
-  return pri == '' or PRI_DIGIT[pri] ~= nil
-end
-
 -- plain_thaw moves member, due at dueStr, from plain set key (plain_run_key) to its due
 -- bucket (bucket index bucketsKey, width bucketMs), where a job hash's scheduled run
 -- lives. Returns true when it was there. The shard's counts are unchanged: both are
