@@ -42,6 +42,10 @@ local coldMs = tonumber(ARGV[4])
 local pack = ARGV[5] == '1'
 
 local now, _, nowStr = now_ms()
+-- The forms' collections of new jobs, which outlive a call of a function library.
+plain_reset()
+cold_reset()
+packed_reset()
 
 -- The shard's earliest due time before this call, to decide whether to wake the
 -- dispatcher (forms' shard_earliest).

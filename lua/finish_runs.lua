@@ -61,7 +61,7 @@ local leaving = {}
 local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
 
 -- The earliest retry filed by this call when it is earlier than every run the shard
--- held before it (common's shard_earliest, read at the first retry): the dispatcher is
+-- held before it (forms' shard_earliest, read at the first retry): the dispatcher is
 -- woken for it, as for a create, so a retry starts at its time and not at the
 -- dispatcher's next wake-up.
 local earliest, wake = nil, -1

@@ -320,6 +320,8 @@ func TestOpen_RefusesAnOldSchema(t *testing.T) {
 		for _, want := range []string{"data layout v1", "uses v2", "tock snapshot export", ns + ":v1:*", "tock snapshot restore"} {
 			require.ErrorContains(t, err, want)
 		}
+		_, _, _, err = shard.NamespaceSettings(ctx, c, ns)
+		require.True(t, errors.As(err, &e), "an export says so too: %v", err)
 		n, err := c.Do(ctx, c.B().Exists().Key(old).Build()).AsInt64()
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, "left as it is")

@@ -14,8 +14,8 @@ import (
 // Fuzz tests of the decoders of what the scripts return: a damaged or unexpected reply is
 // an error, never a panic, and what the scripts write reads back as written.
 
-// packValue builds a packed job's value as create_jobs writes it (common's PACKED and
-// cold_record, bucket start 0, age 0): "cr|vt|q|pr|id|due|0|dh|." then name=len:value.
+// packValue builds a packed job's value as create_jobs writes it (lua packed's packed_add:
+// a record_encode with bucket start 0, age 0): "cr|vt|q|pr|id|due|0|dh|." then name=len:value.
 func packValue(id string, due int64, fields ...string) string {
 	var b strings.Builder
 	b.WriteString("1764000000000||default||" + id + "|" + strconv.FormatInt(due, 10) + "|0|dh|.")

@@ -72,7 +72,8 @@ func (k *Keys) Inflight(id ID) string { return k.prefixes[id] + "inflight" }
 // Dead is the dead-letter set; score = when the run died, ms. // ZSET
 func (k *Keys) Dead(id ID) string { return k.prefixes[id] + "dead" }
 
-// Stats counts runs per queue on the shard: fields 's:<queue>' scheduled (in due buckets),
+// Stats counts runs per queue on the shard: fields 's:<queue>' scheduled (in due buckets,
+// plain sets or cold records),
 // 'f:<queue>' in flight, 'd:<queue>' dead, 'n:<queue>' fired since creation. // HASH
 func (k *Keys) Stats(id ID) string { return k.prefixes[id] + "stats" }
 

@@ -57,7 +57,7 @@ var ErrNotEmpty = errors.New("namespace holds jobs")
 // and maps the hash tag of each key back to its shard, so each key of each primary is
 // visited once however many shards the primary serves (a SCAN per shard would visit the
 // primary's keys once per shard: Redis 7.0 has no SCAN of one slot). In that order, a
-// job unpacked during the scan is listed: packed when its shard was read, or a job key
+// job thawed during the scan is listed: packed when its shard was read, or a job key
 // from before the SCAN began. fn is called from the caller's goroutine, once per piece
 // of a shard's packed jobs and once per shard that a SCAN batch holds jobs of, in shard
 // order; it may keep jobIDs. Its error stops the scan and is returned. Keys of the
@@ -233,7 +233,8 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 }
 
 // NamespaceSettings returns the shard count and bucket width that namespace ns was
-// initialised with (see Open), or ok false when it was not initialised. It writes nothing.
+// initialised with (see Open), or ok false when it was not initialised; an OldSchemaError
+// when it was, by an earlier build with another schema. It writes nothing.
 func NamespaceSettings(ctx context.Context, c rueidis.Client, ns string) (shards int, bucket time.Duration, ok bool, err error) {
 	f, err := c.Do(ctx, c.B().Hmget().Key(NewKeys(ns, nil).Meta()).Field("shards", "bucket").Build()).ToArray()
 	if err == nil && len(f) != 2 {
@@ -243,6 +244,12 @@ func NamespaceSettings(ctx context.Context, c rueidis.Client, ns string) (shards
 		return 0, 0, false, fmt.Errorf("read namespace %q: %w", ns, err)
 	}
 	if f[0].IsNil() {
+		// A namespace of an earlier schema exists, but not for this build.
+		if v, err := oldSchema(ctx, c, ns); err != nil {
+			return 0, 0, false, fmt.Errorf("read namespace %q: %w", ns, err)
+		} else if v > 0 {
+			return 0, 0, false, &OldSchemaError{Namespace: ns, Schema: v}
+		}
 		return 0, 0, false, nil
 	}
 	n, err1 := strconv.Atoi(str(f[0]))

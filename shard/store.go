@@ -65,7 +65,7 @@ type Config struct {
 	// scheduled run in a plain set of its priority and queue, so that the fire, the claim
 	// and the ack of many runs read and write once each, where job hashes cost a read and
 	// a write per run (docs/architecture.md). Any change
-	// to it other than a claim and a successful ack unpacks it into its job hash first;
+	// to it other than a claim and a successful ack thaws it into its job hash first;
 	// reads, lists and snapshots see it as that hash. Older versions of tock do not know
 	// packed jobs: a worker of one drops a packed job's run as an orphan.
 	NoPack bool
@@ -185,8 +185,10 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	}
 	s := &Store{c: c, cfg: cfg, keys: NewKeys(cfg.Namespace, tags), scripts: scripts, bucketMs: cfg.BucketSize.Milliseconds()}
 	s.loadLibrary(ctx)
-	if err := s.refuseOldSchemas(ctx); err != nil {
-		return nil, err
+	if v, err := oldSchema(ctx, c, cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("open namespace %q: %w", cfg.Namespace, err)
+	} else if v > 0 {
+		return nil, &OldSchemaError{Namespace: cfg.Namespace, Schema: v}
 	}
 	want := []string{strconv.Itoa(cfg.Shards), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(SchemaVersion)}
 	reply, err := s.exec1(ctx, call{scripts.InitNamespace, []string{s.keys.Meta()}, want}).ToArray()
@@ -232,23 +234,23 @@ func (e *OldSchemaError) Error() string {
 		e.Namespace, e.Schema, SchemaVersion, e.Namespace, e.Schema)
 }
 
-// refuseOldSchemas returns an OldSchemaError when the namespace has the settings record of
-// an earlier schema. An upgrade is never done in place: a start-up that rewrote every job
-// would hold Redis up for as long as the namespace is large, and the hot paths must not
-// read two layouts. A namespace that holds both (the v1 one restored from) is refused too
-// until the old keys are deleted, so that no job is left behind unseen.
-func (s *Store) refuseOldSchemas(ctx context.Context) error {
+// oldSchema returns the earlier schema whose settings record namespace ns has, 0 when
+// none. Open refuses such a namespace (OldSchemaError): an upgrade is never done in
+// place, as a start-up that rewrote every job would hold Redis up for as long as the
+// namespace is large, and the hot paths must not read two layouts. A namespace that holds
+// both (the old one restored from) is refused too until the old keys are deleted, so
+// that no job is left behind unseen.
+func oldSchema(ctx context.Context, c rueidis.Client, ns string) (int, error) {
 	for v := 1; v < SchemaVersion; v++ {
-		key := s.cfg.Namespace + ":v" + strconv.Itoa(v) + ":meta"
-		n, err := s.c.Do(ctx, s.c.B().Exists().Key(key).Build()).AsInt64()
+		n, err := c.Do(ctx, c.B().Exists().Key(ns+":v"+strconv.Itoa(v)+":meta").Build()).AsInt64()
 		if err != nil {
-			return fmt.Errorf("open namespace %q: %w", s.cfg.Namespace, err)
+			return 0, err
 		}
 		if n > 0 {
-			return &OldSchemaError{Namespace: s.cfg.Namespace, Schema: v}
+			return v, nil
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // Initialised reports whether Open initialised the namespace: true when it was new and

@@ -158,7 +158,7 @@ func TestInit(t *testing.T) {
 
 			r := run("--shards", "16", "--bucket", "5m")
 			require.NoError(t, r.err)
-			require.Equal(t, `created namespace "`+ns+`": 16 shards, 5m buckets, schema v1 (Redis `+env["TOCK_REDIS"]+")\n", r.out)
+			require.Equal(t, `created namespace "`+ns+`": 16 shards, 5m buckets, schema v2 (Redis `+env["TOCK_REDIS"]+")\n", r.out)
 
 			r = run("--shards", "16", "--json")
 			require.NoError(t, r.err)

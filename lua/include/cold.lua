@@ -140,7 +140,8 @@ local function cold_thaw_due(P, bucketsKey, bucketMs, now, thawMs)
   return false, c[2] and math.max(tonumber(c[2]) - thawMs, now)
 end
 
--- cold_reset empties cold_add's collections (see forms' reset_state).
+-- cold_reset empties cold_add's collections (create_jobs calls it first:
+-- a function library's helpers outlive a call, and a call that failed may have left some).
 local function cold_reset()
   coldAdds, coldBuckets = nil, nil
 end

@@ -457,9 +457,12 @@ local function def_of(name, argv, defStart, defEnd)
   return nil
 end
 
--- reset_common empties the collections the helpers above fill during a call (see the
--- forms include's reset_state).
-local function reset_common()
+-- reset_state empties the collections the helpers above fill during a call. A script run
+-- as a Redis function (see lua.Library) calls it first: its helpers are created once, when
+-- the library is loaded, and outlive a call. A script run with EVAL has them fresh. The
+-- forms' own collections, which create_jobs alone fills, are emptied by create_jobs
+-- (plain_reset, cold_reset, packed_reset): every other call would pay for them.
+local function reset_state()
   statDelta, statOrder = nil, nil
   unfiles, unfileBuckets = nil, nil
   readyAdds, readyQueues = nil, nil

@@ -67,13 +67,3 @@ local function shard_earliest(P, bucketsKey)
   end
   return earliest
 end
-
--- reset_state empties the collections the helpers fill during a call. A script run as a
--- Redis function (see lua.Library) calls it first: its helpers are created once, when the
--- library is loaded, and outlive a call. A script run with EVAL has them fresh.
-local function reset_state()
-  reset_common()
-  plain_reset()
-  packed_reset()
-  cold_reset()
-end

@@ -66,21 +66,12 @@ local function packed_head(v)
   return string.match(v, '^%d+|%d*|([^|]*)|(%d*)|')
 end
 
--- packed_vts returns, per packed value of values (false for a job that is not packed),
--- its visibility timeout (ms, a string), or false for the default. Two bytes read tell
--- the default from a 13-digit creation time on, for a fraction of a pattern match; one
--- call for all the runs of a claim, as a call per run costs more than reading the bytes.
-local function packed_vts(values)
-  local vts, byte, match = {}, string.byte, string.match
-  for k, v in ipairs(values) do
-    if not v then
-      vts[k] = false
-    else
-      local b14, b15 = byte(v, 14, 15)
-      vts[k] = not (b14 == 124 and b15 == 124) and match(v, '^%d+|(%d+)|')
-    end
-  end
-  return vts
+-- packed_vt returns the visibility timeout (ms, a string) of packed value v, nil for the
+-- default. A value whose bytes 14 and 15 are both '|' (a 13-digit creation time and an
+-- empty timeout) has the default: claim_runs reads those two bytes inline and calls this
+-- only for the others.
+local function packed_vt(v)
+  return string.match(v, '^%d+|(%d+)|')
 end
 
 -- packed_state returns the fields (HGETALL's form) of the job hash that packed job id of
@@ -207,10 +198,11 @@ local function packed_runs(P, members)
   return ids, redis.call('HMGET', P .. PACKED_RUNS, unpack(ids))
 end
 
--- packed_running returns the run state of a packed job's first attempt, claimed with
--- token tok by worker to start at start (ms, a string) in queue q.
-local function packed_running(tok, worker, start, q)
-  return 'R|' .. tok .. '|' .. worker .. '|' .. start .. '|' .. q
+-- packed_running returns what the run state of a packed job's first attempt, claimed
+-- with token tok by worker in queue q, holds before and after its start time (ms): the
+-- state is head..start..tail, built by the caller for each run without a call.
+local function packed_running(tok, worker, q)
+  return 'R|' .. tok .. '|' .. worker .. '|', '|' .. q
 end
 
 -- packed_set_runs writes run states: id, state, ...
@@ -239,8 +231,8 @@ end
 -- ids to expire together, in the expiry bucket (width bucketMs) after expiry (ms).
 local function packed_done(P, ids, runs, doneSuffix, expiry, bucketMs)
   local states, sub = {}, string.sub
-  for k, id in ipairs(ids) do
-    states[2 * k - 1], states[2 * k] = id, 'C' .. sub(runs[k], 2) .. doneSuffix
+  for k = 1, #ids do
+    states[2 * k - 1], states[2 * k] = ids[k], 'C' .. sub(runs[k], 2) .. doneSuffix
   end
   redis.call('HSET', P .. PACKED_RUNS, unpack(states))
   local b = num(math.floor(expiry / bucketMs) + 1)
@@ -289,7 +281,8 @@ local function packed_expire(P, now)
   return true
 end
 
--- packed_reset empties packed_add's collection (see forms' reset_state).
+-- packed_reset empties packed_add's collection (create_jobs calls it first:
+-- a function library's helpers outlive a call, and a call that failed may have left some).
 local function packed_reset()
   packedAdds = nil
 end

@@ -139,7 +139,8 @@ local function plain_earliest(P)
   return first[2] and tonumber(first[2])
 end
 
--- plain_reset empties plain_add's collections (see forms' reset_state).
+-- plain_reset empties plain_add's collections (create_jobs calls it first:
+-- a function library's helpers outlive a call, and a call that failed may have left some).
 local function plain_reset()
   plainAdds, plainSets, plainLeast, lastPri, lastQ, lastSet, lastPlain = nil, nil, nil, nil, nil, nil, nil
 end
