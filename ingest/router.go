@@ -42,6 +42,11 @@ const (
 	rQueues
 	rQueuePause
 	rQueueResume
+	rSchedulePreview
+	rCluster
+	rFigures
+	rJobsBulk
+	rDeadBulk
 	numRoutes
 )
 
@@ -63,6 +68,12 @@ var patterns = [numRoutes]string{
 	rQueues:      "/v1/queues",
 	rQueuePause:  "/v1/queues/{queue}:pause",
 	rQueueResume: "/v1/queues/{queue}:resume",
+
+	rSchedulePreview: "/v1/schedules:preview",
+	rCluster:         "/v1/cluster",
+	rFigures:         "/v1/figures",
+	rJobsBulk:        "/v1/jobs:bulk",
+	rDeadBulk:        "/v1/dead:bulk",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -96,6 +107,16 @@ func match(path string) (r int, p string, bad bool) {
 		return rDead, "", false
 	case "/v1/queues":
 		return rQueues, "", false
+	case "/v1/schedules:preview":
+		return rSchedulePreview, "", false
+	case "/v1/cluster":
+		return rCluster, "", false
+	case "/v1/figures":
+		return rFigures, "", false
+	case "/v1/jobs:bulk":
+		return rJobsBulk, "", false
+	case "/v1/dead:bulk":
+		return rDeadBulk, "", false
 	}
 	// /v1/<collection>/<parameter segment>[/runs]
 	rest, ok := strings.CutPrefix(path, "/v1/")
@@ -252,6 +273,11 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rQueues, "GET", read, s.listQueues)
 	add(rQueuePause, "POST", write, s.pauseQueue)
 	add(rQueueResume, "POST", write, s.resumeQueue)
+	add(rSchedulePreview, "GET", read, s.previewSchedule)
+	add(rCluster, "GET", read, s.cluster)
+	add(rFigures, "GET", read, s.figures)
+	add(rJobsBulk, "POST", write, s.bulkJobs)
+	add(rDeadBulk, "POST", write, s.bulkDead)
 	return rs
 }
 

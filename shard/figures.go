@@ -212,8 +212,13 @@ func (s *Store) Figures(ctx context.Context, queues []string, from, to time.Time
 			}
 			qf.Minutes = append(qf.Minutes, mf)
 		}
-		if st := byQueue[q]; st != nil && totals[n-1] < 0 && last == Minute(time.Now()) {
-			totals[n-1] = st.Fired // the current minute: against the live total
+		if st := byQueue[q]; st != nil && last == Minute(time.Now()) {
+			// The current minute ends against the live total; and until a dispatcher has
+			// sampled it (within seconds), it also begins there.
+			totals[n-1] = st.Fired
+			if totals[n-2] < 0 {
+				totals[n-2] = st.Fired
+			}
 		}
 		for i := range qf.Minutes {
 			if totals[i] >= 0 && totals[i+1] >= 0 {
