@@ -312,6 +312,10 @@ func rawPath(ctx *fasthttp.RequestCtx) string { return string(ctx.URI().PathOrig
 // dispatch routes, authenticates and serves a request; it returns the route's name. The
 // body is read only once the headers have been found good (body.go).
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
+	if m := s.mounted(rawPath(ctx)); m != nil {
+		m.h(ctx)
+		return string(ctx.Method()) + " " + m.prefix
+	}
 	ep, p, name := s.precheck(ctx)
 	if ep == nil {
 		closeIfBodyUnread(ctx)
@@ -384,6 +388,9 @@ func (s *Server) precheck(ctx *fasthttp.RequestCtx) (ep *endpoint, p, name strin
 // 100 when the headers are good and the body fits in MaxBodyMemory now, else the
 // refusal (and fasthttp closes the connection).
 func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	if s.mounted(rawPath(ctx)) != nil {
+		return fasthttp.StatusContinue // the mount bounds its own bodies
+	}
 	ep, _, name := s.precheck(ctx)
 	if ep != nil {
 		if s.bodyFits(ctx.Request.Header.ContentLength()) {
@@ -402,6 +409,13 @@ func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
 // when the request may not go on.
 func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 	if len(s.tokens) == 0 {
+		return true
+	}
+	if scope, ok := ctx.UserValue(scopeKey{}).(Scope); ok { // ServeAs
+		if a == write && scope != ScopeWrite {
+			writeError(ctx, &apiError{status: 403, code: CodeForbidden, msg: "this session may only read"})
+			return false
+		}
 		return true
 	}
 	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
