@@ -29,8 +29,15 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
-	if ctx.Request.Header.ContentLength() > maxForm || len(ctx.Request.Body()) > maxForm {
+	// The API reads bodies as streams: the length is checked before anything is read, and a
+	// body of unknown length (chunked) is refused (browsers send the length of forms).
+	switch cl := ctx.Request.Header.ContentLength(); {
+	case cl > maxForm:
 		u.fail(ctx, fasthttp.StatusRequestEntityTooLarge, "request too large")
+		ctx.SetConnectionClose()
+		return
+	case cl < 0 && ctx.IsPost():
+		u.fail(ctx, fasthttp.StatusLengthRequired, "a Content-Length is required")
 		ctx.SetConnectionClose()
 		return
 	}

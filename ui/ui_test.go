@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -238,4 +239,18 @@ func TestUI_NewValidates(t *testing.T) {
 	require.ErrorContains(t, err, "SessionTTL")
 	_, err = ui.New(ui.Config{API: api, LiveEvery: time.Millisecond})
 	require.ErrorContains(t, err, "LiveEvery")
+}
+
+func TestUI_BodyBounds(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	br := tb.browser()
+	p := br.post("/ui/actions/job", url.Values{"id": {strings.Repeat("x", 300<<10)}, "action": {"pause"}})
+	require.Equal(t, http.StatusRequestEntityTooLarge, p.status)
+	req, _ := http.NewRequest("POST", tb.base+"/ui/actions/job", struct{ io.Reader }{strings.NewReader("id=x&action=pause")})
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err := br.hc.Do(req) // no length: sent chunked
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusLengthRequired, res.StatusCode)
 }
