@@ -70,6 +70,9 @@ type Config struct {
 	// Metrics receives counts of fired and reaped runs and lease changes. Nil means
 	// none.
 	Metrics Metrics
+	// NoFigures turns off sampling the queues' fired totals into the per-minute figures
+	// (every 5s, one HGETALL per shard; the dashboard's fires per minute). Default false.
+	NoFigures bool
 	// Logger receives errors of the loops (rate-limited) and ownership changes. Nil
 	// discards.
 	Logger *slog.Logger
@@ -233,6 +236,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); d.membership(ctx) }()
 	go func() { defer wg.Done(); d.listen(ctx) }()
+	if !d.cfg.NoFigures {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.sampleFigures(ctx) }()
+	}
 	go func() {
 		wg.Wait()
 		// membership has returned: no loop starts any more.

@@ -364,26 +364,29 @@ func pageArgs(ctx *fasthttp.RequestCtx) (queue string, limit int, cursor string,
 	return queue, limit, string(args.Peek("cursor")), nil
 }
 
+// listJobs serves GET /v1/jobs: one page of the jobs matching queue, state, type and an
+// id prefix, with how much of the namespace has been searched.
 func (s *Server) listJobs(ctx *fasthttp.RequestCtx, _ string) {
 	queue, limit, cursor, aerr := pageArgs(ctx)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
-	state := string(ctx.QueryArgs().Peek("state"))
-	if state != "" && !job.ValidState(job.State(state)) {
-		writeError(ctx, invalid("state", "unknown state "+strconv.Quote(state)))
+	args := ctx.QueryArgs()
+	f := JobFilter{Queue: queue, State: string(args.Peek("state")), Type: string(args.Peek("type")), Prefix: string(args.Peek("prefix"))}
+	if aerr := checkJobFilter(&f); aerr != nil {
+		writeError(ctx, aerr)
 		return
 	}
 	rc, cancel := s.rctx(ctx)
-	page, err := s.store.List(rc, shard.ListFilter{Queue: queue, State: job.State(state), Limit: limit, Cursor: cursor})
+	infos, next, prog, err := s.searchJobs(rc, &f, limit, cursor)
 	cancel()
 	if err != nil {
 		s.storeError(ctx, "jobs", err)
 		return
 	}
-	out := JobList{Jobs: make([]Job, len(page.Jobs)), NextCursor: page.Next}
-	for i, info := range page.Jobs {
+	out := JobList{Jobs: make([]Job, len(infos)), NextCursor: next, Progress: prog}
+	for i, info := range infos {
 		out.Jobs[i] = wireInfo(info)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &out)

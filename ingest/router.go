@@ -42,6 +42,11 @@ const (
 	rQueues
 	rQueuePause
 	rQueueResume
+	rSchedulePreview
+	rCluster
+	rFigures
+	rJobsBulk
+	rDeadBulk
 	numRoutes
 )
 
@@ -63,6 +68,12 @@ var patterns = [numRoutes]string{
 	rQueues:      "/v1/queues",
 	rQueuePause:  "/v1/queues/{queue}:pause",
 	rQueueResume: "/v1/queues/{queue}:resume",
+
+	rSchedulePreview: "/v1/schedules:preview",
+	rCluster:         "/v1/cluster",
+	rFigures:         "/v1/figures",
+	rJobsBulk:        "/v1/jobs:bulk",
+	rDeadBulk:        "/v1/dead:bulk",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -96,6 +107,16 @@ func match(path string) (r int, p string, bad bool) {
 		return rDead, "", false
 	case "/v1/queues":
 		return rQueues, "", false
+	case "/v1/schedules:preview":
+		return rSchedulePreview, "", false
+	case "/v1/cluster":
+		return rCluster, "", false
+	case "/v1/figures":
+		return rFigures, "", false
+	case "/v1/jobs:bulk":
+		return rJobsBulk, "", false
+	case "/v1/dead:bulk":
+		return rDeadBulk, "", false
 	}
 	// /v1/<collection>/<parameter segment>[/runs]
 	rest, ok := strings.CutPrefix(path, "/v1/")
@@ -252,6 +273,11 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rQueues, "GET", read, s.listQueues)
 	add(rQueuePause, "POST", write, s.pauseQueue)
 	add(rQueueResume, "POST", write, s.resumeQueue)
+	add(rSchedulePreview, "GET", read, s.previewSchedule)
+	add(rCluster, "GET", read, s.cluster)
+	add(rFigures, "GET", read, s.figures)
+	add(rJobsBulk, "POST", write, s.bulkJobs)
+	add(rDeadBulk, "POST", write, s.bulkDead)
 	return rs
 }
 
@@ -286,6 +312,10 @@ func rawPath(ctx *fasthttp.RequestCtx) string { return string(ctx.URI().PathOrig
 // dispatch routes, authenticates and serves a request; it returns the route's name. The
 // body is read only once the headers have been found good (body.go).
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
+	if m := s.mounted(rawPath(ctx)); m != nil {
+		m.h(ctx)
+		return string(ctx.Method()) + " " + m.prefix
+	}
 	ep, p, name := s.precheck(ctx)
 	if ep == nil {
 		closeIfBodyUnread(ctx)
@@ -358,6 +388,9 @@ func (s *Server) precheck(ctx *fasthttp.RequestCtx) (ep *endpoint, p, name strin
 // 100 when the headers are good and the body fits in MaxBodyMemory now, else the
 // refusal (and fasthttp closes the connection).
 func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	if s.mounted(rawPath(ctx)) != nil {
+		return fasthttp.StatusContinue // the mount bounds its own bodies
+	}
 	ep, _, name := s.precheck(ctx)
 	if ep != nil {
 		if s.bodyFits(ctx.Request.Header.ContentLength()) {
@@ -376,6 +409,13 @@ func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
 // when the request may not go on.
 func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 	if len(s.tokens) == 0 {
+		return true
+	}
+	if scope, ok := ctx.UserValue(scopeKey{}).(Scope); ok { // ServeAs
+		if a == write && scope != ScopeWrite {
+			writeError(ctx, &apiError{status: 403, code: CodeForbidden, msg: "this session may only read"})
+			return false
+		}
 		return true
 	}
 	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)

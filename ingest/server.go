@@ -174,6 +174,7 @@ type Server struct {
 	maxPayload int
 	tokens     []tokenSum
 	routes     [numRoutes][]endpoint
+	mounts     []mount // Mount: set before serving, read-only after
 	srv        *fasthttp.Server
 	now        func() time.Time // the local clock: fire rates and backlog age
 

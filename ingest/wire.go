@@ -102,6 +102,8 @@ type BatchReply struct {
 type JobList struct {
 	Jobs       []Job  `json:"jobs"`
 	NextCursor string `json:"next_cursor,omitempty"`
+	// Progress says how much of the namespace the listing has searched, with this page.
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // Run is one entry of a job's history (GET /v1/jobs/{id}/runs), newest first.

@@ -195,3 +195,18 @@ func SplitMember(member string) (jobID string, due int64, ok bool) {
 	due, err := strconv.ParseInt(member[i+1:], 10, 64)
 	return member[:i], due, err == nil
 }
+
+// Figures holds one queue's figures of one minute (minute = unix ms / 60000): field 'c'
+// the queue's fired total when the minute was first sampled, 'n' runs whose attempt
+// ended, 's' the sum of their lateness in ms, 'b<i>' the lateness histogram
+// (LatenessBounds); it expires FiguresTTL after it was last written (figures.go). // HASH
+func (k *Keys) Figures(queue string, minute int64) string {
+	return k.global() + "fig:" + queue + ":" + strconv.FormatInt(minute, 10)
+}
+
+// Workers lists the workers seen recently; score = last seen ms (figures.go). // ZSET
+func (k *Keys) Workers() string { return k.global() + "workers" }
+
+// Session holds a dashboard session: "<scope>|<csrf token>", keyed by the SHA-256 (hex)
+// of the session's cookie, with the session's TTL (sessions.go). // STRING
+func (k *Keys) Session(sum string) string { return k.global() + "session:" + sum }

@@ -100,6 +100,10 @@ type Config struct {
 	Metrics Metrics
 	// Logger receives errors (rate-limited). Nil discards.
 	Logger *slog.Logger
+	// NoFigures turns off the per-minute figures the worker adds to Redis once a second
+	// (lateness per queue and minute, and the worker's last-seen time, which the
+	// dashboard and GET /v1/figures and /v1/cluster show). Default false: they are on.
+	NoFigures bool
 	// AckDelay is how long outcomes of runs of one shard may wait to be reported
 	// together: a shard's first outcome after a quiet spell goes at once, later ones at
 	// most once per AckDelay (sooner when many wait, and all when the worker stops).

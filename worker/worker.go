@@ -21,6 +21,7 @@ type Worker struct {
 	store  *shard.Store
 	logger *slog.Logger
 	nonce  string
+	figs   *figures // nil with Config.NoFigures
 
 	mu       sync.Mutex
 	handlers map[string]Handler
@@ -126,8 +127,13 @@ func New(cfg Config) (*Worker, error) {
 	for _, q := range cfg.Queues {
 		queues[q] = true
 	}
+	var figs *figures
+	if !cfg.NoFigures {
+		figs = &figures{store: cfg.Store, id: cfg.ID, pending: map[shard.FigureKey]*shard.FigureDelta{}}
+		cfg.Metrics = figureMetrics{Metrics: cfg.Metrics, f: figs}
+	}
 	return &Worker{
-		cfg: cfg, store: cfg.Store, nonce: randHex(6),
+		cfg: cfg, store: cfg.Store, nonce: randHex(6), figs: figs,
 		logger:   cfg.Logger.With("component", "worker", "worker", cfg.ID),
 		handlers: map[string]Handler{}, held: map[string]*active{}, hot: map[source]int64{}, late: map[source]bool{},
 		paused:    map[string]bool{},
@@ -202,6 +208,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	go func() { defer w.loops.Done(); w.listen(loopCtx) }()
 	w.hb.Add(1)
 	go func() { defer w.hb.Done(); w.heartbeat(hbCtx) }()
+	if w.figs != nil {
+		w.hb.Add(1)
+		go func() { defer w.hb.Done(); w.figs.loop(hbCtx, w) }()
+	}
 	w.loops.Add(1)
 	go func() {
 		defer w.loops.Done()

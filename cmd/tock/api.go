@@ -91,7 +91,8 @@ var apiHelp = map[string]commandHelp{
 		"Create a job through the API. SCHEDULE is one of --at, --delay, --now or --cron (with --tz). " +
 			"--file reads a JobRequest (JSON), or an array of them sent as one batch; - reads stdin. The " +
 			"id is the idempotency key: the same definition again prints exists, another one fails with " +
-			"409 conflict."},
+			"409 conflict. --dry-run creates nothing and prints the next 10 fire times of --cron in --tz, " +
+			"marking each that a daylight-saving change moves or repeats."},
 	"jobs get": {"tock jobs get ID [flags]",
 		"Print a job: its definition, state, next run (or next attempt, while a retry waits) and shard."},
 	"jobs ls": {"tock jobs ls [flags]",
@@ -355,6 +356,7 @@ type jobFlags struct {
 	timeout, visibility              string
 	overlap, misfire, misfireAfter   string
 	idempotencyKey, file             string
+	dryRun                           bool
 	set                              map[string]bool // flags given on the command line
 }
 
@@ -370,6 +372,7 @@ func (f *jobFlags) register(fs *flag.FlagSet, create bool) {
 		fs.StringVar(&f.misfireAfter, "misfire-after", "", "lateness beyond which a run is a misfire (default 60s)")
 		fs.StringVar(&f.idempotencyKey, "idempotency-key", "", "sent as the Idempotency-Key header")
 		fs.StringVar(&f.file, "file", "", "read the job (a JSON JobRequest, or an array of them for a batch) from this file; - is stdin")
+		fs.BoolVar(&f.dryRun, "dry-run", false, "create nothing: print the next 10 fire times of --cron in --tz, marking daylight-saving moves")
 	}
 	fs.StringVar(&f.payload, "payload", "", "payload as JSON text, e.g. '{\"user\":42}' or '\"text\"'")
 	fs.StringVar(&f.payloadFile, "payload-file", "", "payload bytes from a file (sent as JSON when they are JSON, base64 otherwise)")
@@ -498,6 +501,9 @@ func (a *apiCmd) jobsCreate(ctx context.Context, args []string) error {
 		return err
 	}
 	f.collectSet(a.fs)
+	if f.dryRun {
+		return a.dryRun(ctx, &f)
+	}
 	if f.set["file"] {
 		for k := range f.set {
 			switch k {
@@ -513,6 +519,42 @@ func (a *apiCmd) jobsCreate(ctx context.Context, args []string) error {
 		return a.flagsError(err)
 	}
 	return a.createOne(ctx, req, f.idempotencyKey)
+}
+
+// dryRun prints the fire times a --cron schedule would have (GET /v1/schedules:preview),
+// with the daylight-saving note of each.
+func (a *apiCmd) dryRun(ctx context.Context, f *jobFlags) error {
+	switch {
+	case f.set["file"]:
+		return a.usageErrorf("--dry-run previews the --cron flag, not a --file")
+	case !f.set["cron"]:
+		return a.usageErrorf("--dry-run previews a --cron schedule (with --tz): give --cron")
+	}
+	p, err := a.client.PreviewSchedule(ctx, f.cron, f.tz, 0, time.Time{})
+	if err != nil {
+		return err
+	}
+	if a.asJSON {
+		return a.printJSON(p)
+	}
+	fmt.Fprintf(a.errOut, "dry run: nothing created; next fire times of %q in %s\n", p.Cron, p.Timezone)
+	loc, err := time.LoadLocation(p.Timezone)
+	if err != nil {
+		loc = nil // the offsets as sent, without zone names
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "FIRES AT\tDAYLIGHT SAVING")
+	for _, fr := range p.Fires {
+		if loc != nil {
+			fr.At = fr.At.In(loc)
+		}
+		note := "-"
+		if fr.DST != "" {
+			note = fr.DST + ": " + fr.Note
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", fr.At.Format("2006-01-02 15:04:05 MST (-07:00)"), note)
+	}
+	return tw.Flush()
 }
 
 func (a *apiCmd) createOne(ctx context.Context, req ingest.JobRequest, key string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/tockhq/tock/internal/prom"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/ui"
 	"github.com/tockhq/tock/worker"
 )
 
@@ -119,6 +120,9 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 		api, err = ingest.New(ingest.Config{Store: client.Store(), Addr: o.http, Logger: logger,
 			MetricsHandler: metrics.Handler(), Metrics: metrics})
 		if err != nil {
+			return err
+		}
+		if _, err := ui.Mount(ui.Config{API: api, Logger: logger}); err != nil {
 			return err
 		}
 	}

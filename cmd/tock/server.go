@@ -23,6 +23,7 @@ import (
 	"github.com/tockhq/tock/internal/prom"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/snapshot"
+	"github.com/tockhq/tock/ui"
 )
 
 // runServer runs tock server: the API and a dispatcher, or one of them (--roles).
@@ -117,6 +118,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 			MaxBatch: cfg.maxBatch, MaxBacklog: cfg.maxBacklog, Logger: logger,
 			MetricsHandler: metrics.Handler(), Metrics: metrics})
 		if err == nil {
+			_, err = ui.Mount(ui.Config{API: api, Logger: logger})
+		}
+		if err == nil {
 			err = api.Start(context.WithoutCancel(ctx))
 		}
 		if err != nil {
@@ -129,7 +133,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 	attrs := []any{"redis", strings.Join(cfg.redis, ","), "namespace", cfg.namespace, "shards", store.Shards(),
 		"bucket", shortDuration(store.Config().BucketSize), "durability", store.Config().Durability.String()}
 	if r.api != nil {
-		attrs = append(attrs, "api", "http://"+apiAddr, "tokens", len(cfg.tokens))
+		attrs = append(attrs, "api", "http://"+apiAddr, "dashboard", "http://"+apiAddr+"/ui/", "tokens", len(cfg.tokens))
 	}
 	if r.d != nil {
 		attrs = append(attrs, "dispatcher", r.d.Name())

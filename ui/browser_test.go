@@ -1,0 +1,191 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/ui"
+)
+
+// chromium finds the browser, or skips the test (fails it when TOCK_REQUIRE_REDIS=1, as
+// in CI, which installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("TOCK_REQUIRE_REDIS") == "1" {
+		t.Fatal("chromium is not installed (TOCK_REQUIRE_REDIS=1 requires the browser tests)")
+	}
+	t.Skip("chromium is not installed: the browser tests are skipped")
+	return ""
+}
+
+// screenshot saves the page to $TOCK_SCREENSHOTS/<name>.png when that is set, for a
+// person to look at.
+func screenshot(name string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		dir := os.Getenv("TOCK_SCREENSHOTS")
+		if dir == "" {
+			return nil
+		}
+		var b []byte
+		if err := chromedp.FullScreenshot(&b, 100).Do(ctx); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
+	})
+}
+
+// noConfirm makes the page's confirm() answer yes (a headless browser has nobody to ask).
+var noConfirm = chromedp.Evaluate(`window.confirm = () => true`, nil)
+
+func TestBrowser_Dashboard(t *testing.T) {
+	path := chromium(t)
+	// The cron previews are computed as of a few days before the March 2027 DST change.
+	now := time.Date(2027, 3, 10, 12, 0, 0, 0, time.UTC)
+	tb := setupMini(t, testTokens, ui.Config{NowFunc: func() time.Time { return now }})
+	store := tb.store
+	bg := context.Background()
+	jobs := []*job.Job{{ID: "nightly", Type: "report", Payload: []byte(`{"team":"ops","n":1}`),
+		Schedule: job.Schedule{Cron: "30 2 * * *", TimeZone: "America/New_York"}}}
+	for i := range 30 {
+		typ := "mail"
+		if i%3 == 0 {
+			typ = "sms"
+		}
+		jobs = append(jobs, &job.Job{ID: "bulk-" + strconv.Itoa(i), Queue: "notify", Type: typ, Schedule: job.Schedule{Delay: time.Hour}})
+	}
+	_, err := store.Create(bg, jobs)
+	require.NoError(t, err)
+	state := func(id string) job.State {
+		info, err := store.Get(bg, id)
+		require.NoError(t, err)
+		return info.State
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	run := func(t *testing.T, actions ...chromedp.Action) {
+		t.Helper()
+		require.NoError(t, chromedp.Run(ctx, actions...))
+	}
+	text := func(t *testing.T, sel string) string {
+		t.Helper()
+		var s string
+		run(t, chromedp.Text(sel, &s, chromedp.ByQuery))
+		return s
+	}
+	base := tb.base
+
+	t.Run("LoginThenSearch", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible("#token", chromedp.ByID), screenshot("login"),
+			chromedp.SendKeys("#token", writeToken, chromedp.ByID), chromedp.Click("#login", chromedp.ByID),
+			chromedp.WaitVisible("#jobs", chromedp.ByID))
+		var url string
+		run(t, chromedp.Location(&url))
+		require.Equal(t, base+"/ui/jobs", url, "back where the login began")
+		// An exact id from the header's search box: one lookup.
+		run(t, chromedp.SendKeys(`header .find input`, "nightly\n", chromedp.ByQuery), chromedp.WaitVisible("#exact", chromedp.ByID))
+		require.Contains(t, text(t, "#exact"), "nightly")
+		require.Contains(t, text(t, "#searched"), "Searched 9 of 9 parts")
+	})
+
+	t.Run("BulkSelectedAndAllMatching", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/jobs?q=bulk-1"), chromedp.WaitVisible("#jobs", chromedp.ByID),
+			chromedp.Click(`input.select[value="bulk-1"]`, chromedp.ByQuery), chromedp.Click(`input.select[value="bulk-10"]`, chromedp.ByQuery),
+			chromedp.SetValue(".bulk-action", "pause", chromedp.ByQuery), chromedp.Click("#bulk-selected", chromedp.ByID),
+			chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery))
+		require.Contains(t, text(t, "#bulk-status"), "Done: 2 matched, 2 changed, 0 failed")
+		require.Equal(t, job.StatePaused, state("bulk-10"))
+
+		run(t, chromedp.Navigate(base+"/ui/jobs?q=bulk-&type=sms"), chromedp.WaitVisible("#jobs", chromedp.ByID), noConfirm,
+			chromedp.Click("#bulk-all", chromedp.ByID), chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery), screenshot("bulk"))
+		require.Contains(t, text(t, "#bulk-status"), "Done: 10 matched, 10 changed, 0 failed (searched 9 of 9)")
+		var max string
+		var value float64
+		run(t, chromedp.AttributeValue(".bulk-progress", "max", &max, nil, chromedp.ByQuery),
+			chromedp.JavascriptAttribute(".bulk-progress", "value", &value, chromedp.ByQuery))
+		require.Equal(t, "1", max)
+		require.Equal(t, 1.0, value)
+		require.Equal(t, job.StateCancelled, state("bulk-3"))
+		require.Equal(t, job.StateScheduled, state("bulk-2"))
+	})
+
+	t.Run("JobDetailDSTPreviewAndLiveUpdates", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/jobs/nightly"), chromedp.WaitVisible("#preview li.dst.moved", chromedp.ByQuery),
+			chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), screenshot("job"))
+		require.Contains(t, text(t, "#preview li.dst.moved"), "02:30 does not exist on 2027-03-14 (clocks jump from 02:00 to 03:00): fires at 03:00 EDT")
+		require.Contains(t, text(t, "#preview li.dst.moved time"), "2027-03-14 03:00:00 EDT")
+		require.Contains(t, text(t, "#payload"), `"team": "ops"`)
+		// A change made elsewhere is pushed to the page.
+		_, _, err := store.Pause(bg, "nightly")
+		require.NoError(t, err)
+		run(t, chromedp.WaitVisible("#job-state.paused", chromedp.ByQuery), chromedp.WaitVisible("#act-resume", chromedp.ByID))
+		var updates string
+		run(t, chromedp.AttributeValue("body", "data-updates", &updates, nil, chromedp.ByQuery))
+		require.NotEmpty(t, updates)
+		// And a button of the page acts.
+		run(t, chromedp.Click("#act-resume", chromedp.ByID), chromedp.WaitVisible("#act-pause", chromedp.ByID))
+		require.Equal(t, job.StateScheduled, state("nightly"))
+	})
+
+	t.Run("CrossSiteFormRefused", func(t *testing.T) {
+		var token string
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#queues", chromedp.ByID),
+			chromedp.AttributeValue(`meta[name="csrf-token"]`, "content", &token, nil, chromedp.ByQuery))
+		// Another origin (another port of the same host: same site, so the cookie goes
+		// along) posts a form, even with the right CSRF token.
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprintf(w, `<!doctype html><form method="post" action="%s/ui/actions/job"><input name="csrf" value="%s"><input name="id" value="nightly">`+
+				`<button id="go" name="action" value="pause">go</button></form>`, base, token)
+		}))
+		defer evil.Close()
+		run(t, chromedp.Navigate(evil.URL), chromedp.Click("#go", chromedp.ByID), chromedp.WaitVisible("#error-message", chromedp.ByID))
+		require.Contains(t, text(t, "#error-message"), "cross-site request refused")
+		require.Equal(t, job.StateScheduled, state("nightly"))
+	})
+
+	t.Run("LogoutThenReadToken", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#logout", chromedp.ByID), chromedp.Click("#logout", chromedp.ByID),
+			chromedp.WaitVisible("#token", chromedp.ByID), chromedp.Navigate(base+"/ui/cluster"), chromedp.WaitVisible("#token", chromedp.ByID))
+		run(t, chromedp.SendKeys("#token", readToken, chromedp.ByID), chromedp.Click("#login", chromedp.ByID),
+			chromedp.WaitVisible("#shards", chromedp.ByID), screenshot("cluster"),
+			chromedp.Navigate(base+"/ui/jobs/nightly"), chromedp.WaitVisible("#job-state", chromedp.ByID))
+		var hasButtons bool
+		run(t, chromedp.Evaluate(`document.querySelector("#job-actions, .bulk, button[name=action]") !== null`, &hasButtons))
+		require.False(t, hasButtons, "a read session sees no action buttons")
+		// What the browser sends does not matter: the server refuses.
+		var status int
+		run(t, chromedp.Evaluate(`fetch("/ui/actions/job", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+			body: "action=pause&id=nightly&csrf=" + encodeURIComponent(document.querySelector('meta[name="csrf-token"]').content)}).then(r => r.status)`,
+			&status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+		require.Equal(t, http.StatusForbidden, status)
+		require.Equal(t, job.StateScheduled, state("nightly"))
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#queues", chromedp.ByID), screenshot("overview"))
+		require.False(t, strings.Contains(text(t, "#queues"), "Pause"))
+	})
+}

@@ -1,0 +1,132 @@
+package ui
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// events serves GET /ui/events?page=<page URL>: the page's live fragments, as
+// Server-Sent Events ("update" events whose data is a JSON object: fragment name → HTML)
+// sent when they change, checked every LiveEvery; with once=1, one JSON object (the
+// polling fallback). The script closes the stream while its tab is hidden. The stream
+// ends when the session ends, the client goes, or the server stops.
+func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
+	target, err := url.Parse(string(ctx.QueryArgs().Peek("page")))
+	if err != nil || !strings.HasPrefix(target.Path, Prefix+"/") {
+		u.fail(ctx, fasthttp.StatusBadRequest, "page must be a dashboard URL")
+		return
+	}
+	name, id, ok := pageOfPath(strings.TrimPrefix(target.EscapedPath(), Prefix))
+	if !ok || len(defs[name].live) == 0 {
+		u.fail(ctx, fasthttp.StatusBadRequest, "page has no live updates: "+target.Path)
+		return
+	}
+	q := target.Query()
+	if ctx.QueryArgs().Has("once") {
+		rc, cancel := u.rctx(ctx)
+		b, err := u.update(rc, v, name, id, q)
+		cancel()
+		if err != nil {
+			u.apiFail(ctx, err)
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	closing, every := u.api.Closing(), u.cfg.LiveEvery
+	// The writer runs after this handler returns: it uses copies, never ctx.
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		var last []byte
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			b, err := u.refresh(bg, v, name, id, q, n)
+			cancel()
+			switch {
+			case err == errNoSession:
+				_, _ = w.WriteString("event: ended\ndata: {}\n\n")
+				_ = w.Flush()
+				return
+			case err != nil:
+				u.log.Warn("live update", "page", name, "error", err)
+				_, _ = w.WriteString(": error\n\n") // a comment: keeps the stream, shows nothing
+			case !bytes.Equal(b, last):
+				last = b
+				_, _ = w.WriteString("event: update\ndata: ")
+				_, _ = w.Write(b)
+				_, _ = w.WriteString("\n\n")
+			case n%15 == 0:
+				_, _ = w.WriteString(": keep-alive\n\n")
+			}
+			if w.Flush() != nil {
+				return // the client went away
+			}
+			select {
+			case <-closing:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}
+
+// refresh re-checks the session (logout ends the stream) and renders the update.
+func (u *UI) refresh(ctx context.Context, v *viewer, name, id string, q url.Values, n int) ([]byte, error) {
+	if v.cookie != "" && n > 0 {
+		if _, err := u.store.GetSession(ctx, v.cookie); errors.Is(err, shard.ErrNotFound) {
+			return nil, errNoSession
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return u.update(ctx, v, name, id, q)
+}
+
+// update loads page name and renders its live fragments as one JSON object.
+func (u *UI) update(ctx context.Context, v *viewer, name, id string, q url.Values) ([]byte, error) {
+	d := defs[name]
+	data, err := d.load(u, ctx, u.client(v.scope), q, id)
+	if err != nil {
+		return nil, err
+	}
+	frags, err := u.fragments(name, u.pageOf(v, name, d.title, data), d.live)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(frags)
+}
+
+// pageOfPath maps a dashboard path (after /ui, as sent) to its page and job id.
+func pageOfPath(p string) (name, id string, ok bool) {
+	switch p {
+	case "/":
+		return "overview", "", true
+	case "/jobs", "/dead", "/schedules", "/cluster":
+		return p[1:], "", true
+	}
+	raw, found := strings.CutPrefix(p, "/jobs/")
+	if !found || strings.Contains(raw, "/") {
+		return "", "", false
+	}
+	id, err := url.PathUnescape(raw)
+	if err != nil || job.ValidateID("id", id, job.MaxIDLen) != nil {
+		return "", "", false
+	}
+	return "job", id, true
+}

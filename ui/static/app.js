@@ -1,0 +1,165 @@
+// tock dashboard: live updates (Server-Sent Events, polling as the fallback), bulk
+// actions with progress, confirmations and charts. No inline scripts: the pages'
+// Content-Security-Policy allows this file and the vendored uPlot only.
+(function () {
+  "use strict";
+
+  function csrf() {
+    var m = document.querySelector('meta[name="csrf-token"]');
+    return m ? m.content : "";
+  }
+
+  // Confirmation for dangerous buttons (data-confirm).
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest("button[data-confirm]");
+    if (b && !window.confirm(b.getAttribute("data-confirm"))) {
+      e.preventDefault();
+    }
+  });
+
+  // Select all rows of a table.
+  document.addEventListener("change", function (e) {
+    if (!e.target.classList.contains("select-all")) return;
+    var table = e.target.closest("table");
+    table.querySelectorAll("input.select").forEach(function (c) { c.checked = e.target.checked; });
+  });
+
+  // Bulk actions: on the selected rows (one call), or on everything the filter matches
+  // (one bounded call per page, following the cursor, with a progress bar).
+  function postBulk(kind, request) {
+    return fetch("/ui/actions/bulk", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "Accept": "application/json", "X-CSRF-Token": csrf() },
+      body: JSON.stringify({ kind: kind, request: request })
+    }).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) throw new Error(r.status + ": " + ((body.error && body.error.message) || r.statusText));
+        return body;
+      });
+    });
+  }
+
+  function bulk(box, all) {
+    var kind = box.getAttribute("data-kind");
+    var action = box.querySelector(".bulk-action").value;
+    var status = box.querySelector(".bulk-status");
+    var bar = box.querySelector(".bulk-progress");
+    var req = { action: action };
+    if (all) {
+      if (!window.confirm(action + " everything that matches the filter?")) return;
+      req.filter = JSON.parse(box.getAttribute("data-filter") || "{}");
+    } else {
+      var ids = Array.prototype.map.call(document.querySelectorAll("input.select:checked"), function (c) { return c.value; });
+      if (ids.length === 0) { status.textContent = "Select rows first."; return; }
+      req.ids = ids;
+    }
+    var sum = { matched: 0, changed: 0, failed: 0, errors: [] };
+    bar.hidden = false; bar.removeAttribute("value");
+    box.setAttribute("data-busy", "1");
+    function step() {
+      return postBulk(kind, req).then(function (r) {
+        sum.matched += r.matched; sum.changed += r.changed; sum.failed += r.failed;
+        (r.errors || []).forEach(function (e) { if (sum.errors.length < 5) sum.errors.push(e.id + ": " + e.error.message); });
+        var p = r.progress;
+        if (p && p.total) { bar.max = p.total; bar.value = p.done; }
+        status.textContent = (r.next_cursor ? "Working… " : "Done: ") + sum.matched + " matched, " + sum.changed + " changed, " + sum.failed + " failed" +
+          (p ? " (searched " + p.done + " of " + p.total + ")" : "") + (sum.errors.length ? ". " + sum.errors.join("; ") : "");
+        if (r.next_cursor && all) { req.cursor = r.next_cursor; return step(); }
+        bar.max = 1; bar.value = 1;
+        box.removeAttribute("data-busy");
+        box.setAttribute("data-done", "1");
+      });
+    }
+    step().catch(function (err) {
+      status.textContent = "Failed: " + err.message;
+      box.removeAttribute("data-busy");
+      box.setAttribute("data-done", "1");
+    });
+  }
+
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest(".bulk button");
+    if (!b) return;
+    var box = b.closest(".bulk");
+    if (b.classList.contains("bulk-selected")) bulk(box, false);
+    if (b.classList.contains("bulk-all")) bulk(box, true);
+  });
+
+  // Charts (overview): fires per second and lateness, per queue and minute.
+  var charts = [];
+  var palette = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"];
+  function drawCharts() {
+    var el = document.getElementById("figures");
+    if (!el || typeof uPlot === "undefined") return;
+    var d = JSON.parse(el.getAttribute("data-figures") || "{}");
+    charts.forEach(function (c) { c.destroy(); });
+    charts = [];
+    var mins = d.minutes || [];
+    var series = d.series || [];
+    function mk(id, sets) {
+      var target = document.getElementById(id);
+      if (!target) return;
+      var opts = { width: Math.max(300, target.clientWidth || 600), height: 220, series: [{}], scales: { x: { time: true } }, axes: [{}, {}] };
+      var data = [mins];
+      sets.forEach(function (s, i) {
+        opts.series.push({ label: s.label, stroke: palette[i % palette.length], width: 1.5, dash: s.dash, spanGaps: false });
+        data.push(s.values);
+      });
+      charts.push(new uPlot(opts, data, target));
+    }
+    mk("chart-fires", series.map(function (s) { return { label: s.queue, values: s.fires }; }));
+    var lat = [];
+    series.forEach(function (s) {
+      lat.push({ label: s.queue + " p50", values: s.p50 });
+      lat.push({ label: s.queue + " p99", values: s.p99, dash: [5, 5] });
+    });
+    mk("chart-lateness", lat);
+  }
+
+  // Live updates: one event stream per page, closed while the tab is hidden; polling
+  // every 5 s when streams fail.
+  var url = document.body.getAttribute("data-live");
+  var es = null, poll = null, failures = 0, updates = 0;
+  var light = document.getElementById("live-status");
+  function setStatus(s) { if (light) { light.textContent = s; light.setAttribute("data-state", s); } }
+  function apply(json) {
+    var frags = JSON.parse(json);
+    Object.keys(frags).forEach(function (k) {
+      var el = document.querySelector('[data-fragment="' + k + '"]');
+      if (el) el.innerHTML = frags[k];
+    });
+    updates++;
+    document.body.setAttribute("data-updates", String(updates));
+    drawCharts();
+  }
+  function startPolling() {
+    if (poll) return;
+    setStatus("polling");
+    poll = setInterval(function () {
+      if (document.hidden) return;
+      fetch("/ui/events?once=1&page=" + encodeURIComponent(url), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        .then(function (r) { if (r.status === 401) { location.reload(); } return r.ok ? r.text() : null; })
+        .then(function (t) { if (t) apply(t); });
+    }, 5000);
+  }
+  function open() {
+    if (!url || es || poll) return;
+    if (typeof EventSource === "undefined") { startPolling(); return; }
+    es = new EventSource(url);
+    es.addEventListener("open", function () { failures = 0; setStatus("live"); });
+    es.addEventListener("update", function (e) { apply(e.data); });
+    es.addEventListener("ended", function () { close(); location.reload(); });
+    es.addEventListener("error", function () {
+      if (++failures >= 3 || es.readyState === EventSource.CLOSED) { close(); startPolling(); }
+    });
+  }
+  function close() { if (es) { es.close(); es = null; setStatus("paused"); } }
+  if (url) {
+    // The page was just rendered: the stream starts on its first change.
+    url = url.replace(/^\/ui\/events\?page=/, "");
+    url = "/ui/events?page=" + url;
+    document.addEventListener("visibilitychange", function () { if (document.hidden) close(); else open(); });
+    if (!document.hidden) open();
+  }
+  window.addEventListener("load", drawCharts);
+})();

@@ -1,0 +1,256 @@
+package ui_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/ui"
+)
+
+func TestUI_LoginSessionLogout(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		tb := setup(t, b, testTokens, ui.Config{})
+		br := tb.browser()
+
+		p := br.get("/ui/jobs?q=x")
+		require.Equal(t, http.StatusSeeOther, p.status)
+		require.Equal(t, "/ui/login?next=%2Fui%2Fjobs%3Fq%3Dx", p.header.Get("Location"))
+		require.Equal(t, http.StatusUnauthorized, br.do("GET", "/ui/events?page=%2Fui%2F", nil).status)
+
+		p = br.post("/ui/login", url.Values{"token": {"wrong"}})
+		require.Equal(t, http.StatusUnauthorized, p.status)
+		require.Contains(t, p.body, "unknown token")
+		// A login from another site is refused.
+		p = br.post("/ui/login", url.Values{"token": {writeToken}}, "Sec-Fetch-Site", "cross-site")
+		require.Equal(t, http.StatusForbidden, p.status)
+
+		p = br.post("/ui/login", url.Values{"token": {writeToken}, "next": {"/ui/cluster"}})
+		require.Equal(t, http.StatusSeeOther, p.status)
+		require.Equal(t, "/ui/cluster", p.header.Get("Location"))
+		c := p.header.Get("Set-Cookie")
+		require.Contains(t, c, "tock_session=")
+		require.Contains(t, c, "HttpOnly")
+		require.Contains(t, c, "SameSite=Strict")
+		require.Contains(t, c, "path=/ui")
+		p = br.get("/ui/cluster")
+		require.Equal(t, 200, p.status)
+		require.Contains(t, p.body, `id="shards"`)
+		require.Contains(t, p.header.Get("Content-Security-Policy"), "script-src 'self'")
+		require.Equal(t, "no-store", p.header.Get("Cache-Control"))
+
+		// An open redirect is not followed.
+		p = br.post("/ui/login", url.Values{"token": {writeToken}, "next": {"//evil.example/"}})
+		require.Equal(t, "/ui/", p.header.Get("Location"))
+
+		// That login made a new session: the old one's CSRF token is refused.
+		require.Equal(t, http.StatusForbidden, br.post("/ui/logout", url.Values{}).status)
+		require.Equal(t, 200, br.get("/ui/").status)
+		p = br.post("/ui/logout", url.Values{})
+		require.Equal(t, http.StatusSeeOther, p.status)
+		require.Equal(t, http.StatusSeeOther, br.get("/ui/").status, "the session ended")
+	})
+}
+
+func TestUI_ReadTokenCannotAct(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "r1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	br.login(readToken)
+	p := br.get("/ui/jobs/r1")
+	require.Equal(t, 200, p.status)
+	require.NotContains(t, p.body, `id="job-actions"`)
+	require.Contains(t, p.body, "read only")
+	require.NotContains(t, br.get("/ui/jobs").body, `class="bulk"`)
+
+	// Whatever the browser sends, the API refuses: 403, and the job is unchanged.
+	p = br.post("/ui/actions/job", url.Values{"id": {"r1"}, "action": {"pause"}})
+	require.Equal(t, http.StatusForbidden, p.status, p.body)
+	p = br.post("/ui/actions/queue", url.Values{"queue": {"default"}, "action": {"pause"}})
+	require.Equal(t, http.StatusForbidden, p.status, p.body)
+	body := `{"kind":"jobs","request":{"action":"cancel","ids":["r1"]}}`
+	p = br.do("POST", "/ui/actions/bulk", nil)
+	req, _ := http.NewRequest("POST", tb.base+"/ui/actions/bulk", strings.NewReader(body))
+	req.Header.Set("X-CSRF-Token", br.csrf)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Accept", "application/json")
+	res, err := br.hc.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	info, err := tb.store.Get(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, job.StateScheduled, info.State)
+}
+
+func TestUI_CrossSiteRefused(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "c1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	br.login(writeToken)
+	for name, hdr := range map[string][]string{
+		"NoToken":       {"X-Skip", ""},
+		"CrossSite":     {"Sec-Fetch-Site", "cross-site"},
+		"SameSiteOther": {"Sec-Fetch-Site", "same-site"},
+		"OtherOrigin":   {"Sec-Fetch-Site", "", "Origin", "http://evil.example"},
+	} {
+		form := url.Values{"id": {"c1"}, "action": {"pause"}}
+		if name == "NoToken" {
+			form.Set("csrf", "not-the-token")
+		}
+		p := br.post("/ui/actions/job", form, hdr...)
+		require.Equal(t, http.StatusForbidden, p.status, name)
+		require.Contains(t, p.body, "cross-site request refused", name)
+	}
+	info, err := tb.store.Get(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, job.StateScheduled, info.State)
+	// The same request, same-origin with the token, works.
+	p := br.post("/ui/actions/job", url.Values{"id": {"c1"}, "action": {"pause"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/jobs/c1", p.header.Get("Location"))
+	info, err = tb.store.Get(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, job.StatePaused, info.State)
+}
+
+func TestUI_JobPathsAddressOneJob(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{}) // no tokens: no login (tock dev)
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{
+		{ID: "a.b~c-d_e", Type: "t", Schedule: job.Schedule{Delay: time.Hour}},
+		{ID: "x", Type: "t", Schedule: job.Schedule{Delay: time.Hour}},
+	})
+	require.NoError(t, err)
+	br := tb.browser()
+	p := br.get("/ui/jobs/a.b~c-d_e")
+	require.Equal(t, 200, p.status)
+	require.Contains(t, p.body, `<code id="job-id">a.b~c-d_e</code>`)
+	p = br.get("/ui/jobs/a%2Eb%7Ec-d_e") // percent-encoded: the same id
+	require.Equal(t, 200, p.status)
+	require.Contains(t, p.body, `<code id="job-id">a.b~c-d_e</code>`)
+	for _, path := range []string{"/ui/jobs/..", "/ui/jobs/%2E%2E", "/ui/jobs/x%2F..%2Fx", "/ui/jobs/x%2Fruns", "/ui/jobs/x%3Apause", "/ui/jobs/x/runs"} {
+		p := br.get(path)
+		require.Equal(t, http.StatusBadRequest, p.status, path)
+	}
+	require.Equal(t, http.StatusNotFound, br.get("/ui/jobs/nope").status)
+	require.Equal(t, http.StatusNotFound, br.get("/ui/nowhere").status)
+	require.Equal(t, http.StatusNotFound, br.get("/ui/static/../ui.go").status)
+	p = br.get("/ui/static/vendor/uplot/uPlot.iife.min.js")
+	require.Equal(t, 200, p.status)
+	require.Contains(t, p.header.Get("Content-Type"), "javascript")
+}
+
+func TestUI_SearchExactAndPrefix(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{
+		{ID: "order-1", Type: "mail", Schedule: job.Schedule{Delay: time.Hour}},
+		{ID: "order-12", Type: "sms", Schedule: job.Schedule{Delay: time.Hour}},
+		{ID: "invoice-1", Type: "mail", Schedule: job.Schedule{Delay: time.Hour}},
+	})
+	require.NoError(t, err)
+	br := tb.browser()
+	p := br.get("/ui/jobs?q=order-1")
+	require.Contains(t, p.body, `id="exact"`)
+	require.Contains(t, p.body, `href="/ui/jobs/order-12"`)
+	require.NotContains(t, p.body, `href="/ui/jobs/invoice-1"`)
+	require.Contains(t, p.body, "Searched 9 of 9 parts")
+	p = br.get("/ui/jobs?type=mail")
+	require.NotContains(t, p.body, `id="exact"`)
+	require.Contains(t, p.body, `href="/ui/jobs/invoice-1"`)
+	require.NotContains(t, p.body, `href="/ui/jobs/order-12"`)
+	p = br.get("/ui/jobs?state=sleepy")
+	require.Equal(t, http.StatusBadRequest, p.status)
+	require.Contains(t, p.body, "unknown state")
+}
+
+func TestUI_LiveEvents(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "live-1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	p := br.get("/ui/jobs/live-1")
+	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fjobs%2Flive-1"`)
+
+	// Polling: one JSON object of fragments.
+	p = br.get("/ui/events?once=1&page=%2Fui%2Fjobs%2Flive-1")
+	require.Equal(t, 200, p.status)
+	var frags map[string]string
+	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	require.Contains(t, frags["job"], "scheduled")
+	require.Contains(t, frags, "runs")
+
+	// The stream: an update at once, another when the job changes.
+	req, _ := http.NewRequest("GET", tb.base+"/ui/events?page=%2Fui%2Fjobs%2Flive-1", nil)
+	res, err := br.hc.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	r := bufio.NewReader(res.Body)
+	next := func() string {
+		for {
+			line, err := r.ReadString('\n')
+			require.NoError(t, err)
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				return data
+			}
+		}
+	}
+	require.Contains(t, next(), "scheduled")
+	_, _, err = tb.store.Pause(ctx, "live-1")
+	require.NoError(t, err)
+	require.Contains(t, next(), "paused")
+
+	for _, bad := range []string{"/ui/events?page=%2Fui%2Fjobs", "/ui/events?page=http%3A%2F%2Fevil", "/ui/events?page=%2Fui%2Fjobs%2F..%2Fx"} {
+		require.Equal(t, http.StatusBadRequest, br.get(bad).status, bad)
+	}
+}
+
+func TestUI_NewValidates(t *testing.T) {
+	t.Parallel()
+	_, err := ui.New(ui.Config{})
+	require.ErrorContains(t, err, "API is required")
+	api, err := ingest.New(ingest.Config{Store: setupMini(t, nil, ui.Config{}).store})
+	require.NoError(t, err)
+	_, err = ui.New(ui.Config{API: api, SessionTTL: time.Second})
+	require.ErrorContains(t, err, "SessionTTL")
+	_, err = ui.New(ui.Config{API: api, LiveEvery: time.Millisecond})
+	require.ErrorContains(t, err, "LiveEvery")
+}
+
+func TestUI_BodyBounds(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	br := tb.browser()
+	p := br.post("/ui/actions/job", url.Values{"id": {strings.Repeat("x", 300<<10)}, "action": {"pause"}})
+	require.Equal(t, http.StatusRequestEntityTooLarge, p.status)
+	req, _ := http.NewRequest("POST", tb.base+"/ui/actions/job", struct{ io.Reader }{strings.NewReader("id=x&action=pause")})
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err := br.hc.Do(req) // no length: sent chunked
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusLengthRequired, res.StatusCode)
+}
