@@ -244,6 +244,7 @@ type Scripts struct {
 	UpdateJob       *Script
 	RequeueDead     *Script
 	DeleteDead      *Script
+	DeleteJob       *Script
 	ReadJobs        *Script
 	RestoreJobs     *Script
 	InitNamespace   *Script
@@ -270,6 +271,7 @@ func Load() (*Scripts, error) {
 		"update_job":       &s.UpdateJob,
 		"requeue_dead":     &s.RequeueDead,
 		"delete_dead":      &s.DeleteDead,
+		"delete_job":       &s.DeleteJob,
 		"read_jobs":        &s.ReadJobs,
 		"restore_jobs":     &s.RestoreJobs,
 		"init_namespace":   &s.InitNamespace,

@@ -566,6 +566,38 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 	return job.State(str(reply[1])), i64(reply[0]) == 1, nil
 }
 
+// Delete removes a job and all its runs now, whatever its state (delete_job): nothing is
+// kept for the retention, as Cancel keeps a cancelled job. Runs in flight are taken from
+// their workers, which are told on the cancel channel; a worker's later report of one is
+// refused (ErrTokenMismatch). ErrNotFound when there is no such job.
+func (s *Store) Delete(ctx context.Context, jobID string) error {
+	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+		return err
+	}
+	id := s.ShardOf(jobID)
+	keys := []string{s.keys.Buckets(id), s.keys.Dead(id), s.keys.Inflight(id)}
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.DeleteJob, keys, s.jobArgs(id, jobID)})
+	reply, err := r.ToArray()
+	if err == nil && len(reply) != 2 {
+		err = fmt.Errorf("reply of %d values, want 2", len(reply))
+	}
+	if err != nil {
+		return fmt.Errorf("delete job %q: %w", jobID, err)
+	}
+	if code := i64(reply[0]); code < 0 {
+		return codeError(code)
+	}
+	var msgs [][2]string
+	for _, m := range strs(reply[1]) {
+		msgs = append(msgs, [2]string{s.keys.CancelChannel(), strconv.Itoa(int(id)) + " " + m})
+	}
+	s.publish(ctx, msgs)
+	if replErr != nil {
+		return fmt.Errorf("delete job %q: %w", jobID, replErr)
+	}
+	return nil
+}
+
 // Pause stops a job from starting runs until Resume. Pausing a paused or finished job
 // changes nothing (changed false).
 func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
