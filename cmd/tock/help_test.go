@@ -14,7 +14,7 @@ import (
 var commandPaths = []string{
 	"dev", "server", "ingest", "dispatcher", "init",
 	"snapshot export", "snapshot restore", "snapshot verify", "snapshot ls",
-	"jobs create", "jobs get", "jobs ls", "jobs patch", "jobs cancel", "jobs pause", "jobs resume", "jobs trigger", "jobs runs",
+	"jobs create", "jobs get", "jobs ls", "jobs patch", "jobs cancel", "jobs pause", "jobs resume", "jobs trigger", "jobs delete", "jobs runs",
 	"dead ls", "dead requeue", "dead rm",
 	"queues", "queues pause", "queues resume",
 	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare",

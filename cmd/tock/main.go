@@ -38,7 +38,7 @@ Usage:
   tock snapshot export --to LOCATION | restore --from LOCATION | verify --from LOCATION | ls --from LOCATION
       Export every job to a directory or object storage (file://, s3://), or rebuild an
       empty namespace from a snapshot after checking it whole (see docs/snapshots.md).
-  tock jobs create|get|ls|patch|cancel|pause|resume|trigger|runs [flags]
+  tock jobs create|get|ls|patch|cancel|pause|resume|trigger|delete|runs [flags]
       Manage jobs through the API: --api URL (env TOCK_API, default http://127.0.0.1:8080),
       --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table.
   tock dead ls|requeue|rm [flags]
