@@ -36,6 +36,8 @@ const jobsUsage = `Usage:
   tock jobs cancel|pause|resume|trigger ID...
   tock jobs delete ID...       (removes jobs and their runs now; cancel keeps them a while)
   tock jobs runs ID
+  tock jobs bulk ACTION (ID... | [--queue Q] [--state S] [--type T] [--prefix P] | --all)
+                               (ACTION: cancel, pause, resume, trigger or delete)
 API flags: --api URL (env TOCK_API, default ` + defaultAPI + `), --token T (env TOCK_TOKEN), --json
 `
 
@@ -43,6 +45,7 @@ const deadUsage = `Usage:
   tock dead ls [--queue Q] [--limit N] [--cursor C] [--all]
   tock dead requeue RUN...     (RUN is "<job id>:<due ms>", as dead ls prints it)
   tock dead rm RUN...
+  tock dead bulk requeue|delete (RUN... | --queue Q | --all)
 API flags: --api URL (env TOCK_API, default ` + defaultAPI + `), --token T (env TOCK_TOKEN), --json
 `
 
@@ -237,7 +240,7 @@ func subcommand(c *cli, group, groupUsage string, args []string, subs ...string)
 }
 
 func runJobs(ctx context.Context, c *cli, args []string) error {
-	sub, args, err := subcommand(c, "jobs", jobsUsage, args, "create", "get", "ls", "patch", "cancel", "pause", "resume", "trigger", "delete", "runs")
+	sub, args, err := subcommand(c, "jobs", jobsUsage, args, "create", "get", "ls", "patch", "cancel", "pause", "resume", "trigger", "delete", "runs", "bulk")
 	if err != nil {
 		return err
 	}
@@ -285,6 +288,8 @@ func runJobs(ctx context.Context, c *cli, args []string) error {
 			replies = append(replies, r)
 		}
 		return a.flushTrigger(replies)
+	case "bulk":
+		return a.bulk(ctx, args, false)
 	case "runs":
 		if err := a.parse(args, 1, "a job id"); err != nil {
 			return err
@@ -838,7 +843,7 @@ func (a *apiCmd) printRuns(runs []ingest.Run) error {
 }
 
 func runDead(ctx context.Context, c *cli, args []string) error {
-	sub, args, err := subcommand(c, "dead", deadUsage, args, "ls", "requeue", "rm")
+	sub, args, err := subcommand(c, "dead", deadUsage, args, "ls", "requeue", "rm", "bulk")
 	if err != nil {
 		return err
 	}
@@ -898,6 +903,8 @@ func runDead(ctx context.Context, c *cli, args []string) error {
 			return err
 		}
 		return a.stateActions(ctx, "ID", a.client.DeleteDead)
+	case "bulk":
+		return a.bulk(ctx, args, true)
 	}
 	return nil
 }
