@@ -97,7 +97,7 @@ func runCluster(ctx context.Context, c *cli, args []string) error {
 	tw = a.table()
 	fmt.Fprintln(tw, "REDIS NODE\tROLE")
 	for _, n := range v.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\n", n.Addr, n.Role)
+		fmt.Fprintf(tw, "%s\t%s\n", n.Addr, orDash(n.Role))
 	}
 	return tw.Flush()
 }
