@@ -290,3 +290,39 @@ func TestUI_DeleteJob(t *testing.T) {
 	p = writer.post("/ui/actions/job", url.Values{"id": {"d1"}, "action": {"delete"}})
 	require.Equal(t, http.StatusNotFound, p.status, p.body)
 }
+
+// A live stream outlives the server's WriteTimeout (which bounds one response): each
+// write gets the timeout afresh. Here the timeout is 300ms and the stream's keep-alive
+// comes after 15 intervals of 100ms, then an update: both after the first deadline.
+func TestUI_StreamOutlivesWriteTimeout(t *testing.T) {
+	t.Parallel()
+	m, _ := redistest.Mini(t)
+	tb := setupAPI(t, redistest.Backend{Name: redistest.Miniredis, Addrs: []string{m.Addr()}, Mini: m},
+		ingest.Config{WriteTimeout: 300 * time.Millisecond}, ui.Config{LiveEvery: 100 * time.Millisecond})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "long-1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	req, _ := http.NewRequest("GET", tb.base+"/ui/events?page=%2Fui%2Fjobs%2Flong-1", nil)
+	res, err := br.hc.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	r := bufio.NewReader(res.Body)
+	line := func() string {
+		l, err := r.ReadString('\n')
+		require.NoError(t, err, "the stream ended")
+		return l
+	}
+	for !strings.HasPrefix(line(), "data: ") { // the first update
+	}
+	for line() != ": keep-alive\n" { // written 1.5s in: the first deadline has passed
+	}
+	_, _, err = tb.store.Pause(ctx, "long-1")
+	require.NoError(t, err)
+	for {
+		if data, ok := strings.CutPrefix(line(), "data: "); ok {
+			require.Contains(t, data, "paused")
+			break
+		}
+	}
+}
