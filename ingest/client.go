@@ -180,6 +180,15 @@ func (c *Client) CancelJob(ctx context.Context, id string) (StateReply, error) {
 	return r, err
 }
 
+// DeleteJob removes a job and every run of it now, in whatever state (POST
+// /v1/jobs/{id}:delete): unlike CancelJob, nothing of it is left to read. A job that does
+// not exist is an *APIError with Status 404 (IsCode(err, CodeNotFound)).
+func (c *Client) DeleteJob(ctx context.Context, id string) (StateReply, error) {
+	var r StateReply
+	err := c.doRes(ctx, http.MethodPost, "/v1/jobs/", id, ":delete", nil, &r)
+	return r, err
+}
+
 // PauseJob stops a job from starting runs until ResumeJob (POST /v1/jobs/{id}:pause).
 func (c *Client) PauseJob(ctx context.Context, id string) (StateReply, error) {
 	var r StateReply

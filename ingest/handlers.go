@@ -452,6 +452,20 @@ func (s *Server) triggerJob(ctx *fasthttp.RequestCtx, id string) {
 	writeJSON(ctx, fasthttp.StatusOK, &TriggerReply{ID: id, Run: run})
 }
 
+// deleteJob serves POST /v1/jobs/{id}:delete: the job and every run of it are removed
+// now, in whatever state (DELETE /v1/jobs/{id} cancels, and keeps the job for the
+// retention period).
+func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, id string) {
+	rc, cancel := s.rctx(ctx)
+	err := s.store.Delete(rc, id)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, jobWhat(id), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: id, State: "deleted", Changed: true})
+}
+
 func (s *Server) jobRuns(ctx *fasthttp.RequestCtx, id string) {
 	rc, cancel := s.rctx(ctx)
 	runs, err := s.store.Runs(rc, id)

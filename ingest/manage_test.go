@@ -73,6 +73,7 @@ func TestNew_Validates(t *testing.T) {
 		{Store: tb.store, MaxBody: 100, MaxBodyMemory: 99},
 		{Store: tb.store, MaxBacklog: -1},
 		{Store: tb.store, RedisTimeout: -time.Second},
+		{Store: tb.store, WriteTimeout: -time.Second},
 	} {
 		_, err := ingest.New(cfg)
 		require.Error(t, err, "%+v", cfg)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -66,6 +67,11 @@ func (s *Server) AuthRequired() bool { return len(s.tokens) > 0 }
 // Closing returns a channel closed when Stop begins: long-lived responses (the
 // dashboard's event streams) end then, so that the shutdown does not wait for them.
 func (s *Server) Closing() <-chan struct{} { return s.quit }
+
+// WriteTimeout returns Config.WriteTimeout: a long-lived response extends its
+// connection's write deadline by it before each write (the server sets it once, before
+// the response).
+func (s *Server) WriteTimeout() time.Duration { return s.cfg.WriteTimeout }
 
 // Store returns the namespace served.
 func (s *Server) Store() *shard.Store { return s.store }

@@ -236,8 +236,13 @@ func (s *Server) bulkJobs(ctx *fasthttp.RequestCtx, _ string) {
 			_, err := s.store.Trigger(c, id)
 			return err == nil, err
 		}
+	case "delete":
+		op = func(c context.Context, id string) (bool, error) {
+			err := s.store.Delete(c, id)
+			return err == nil, err
+		}
 	default:
-		writeError(ctx, invalid("action", "must be cancel, pause, resume or trigger, got "+strconv.Quote(req.Action)))
+		writeError(ctx, invalid("action", "must be cancel, pause, resume, trigger or delete, got "+strconv.Quote(req.Action)))
 		return
 	}
 	var reply BulkReply

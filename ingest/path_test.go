@@ -99,6 +99,7 @@ func TestServer_PathParams(t *testing.T) {
 			{"POST", "/v1/jobs/", ":pause", "id", nil},
 			{"POST", "/v1/jobs/", ":resume", "id", nil},
 			{"POST", "/v1/jobs/", ":trigger", "id", nil},
+			{"POST", "/v1/jobs/", ":delete", "id", nil},
 			{"GET", "/v1/jobs/", "/runs", "id", nil},
 			{"DELETE", "/v1/dead/", ":1700000000000", "run", nil},
 			{"POST", "/v1/dead/", ":1700000000000:requeue", "run", nil},

@@ -35,6 +35,7 @@ const (
 	rJobPause
 	rJobResume
 	rJobTrigger
+	rJobDelete
 	rJobRuns
 	rDead
 	rDeadRun
@@ -61,6 +62,7 @@ var patterns = [numRoutes]string{
 	rJobPause:    "/v1/jobs/{id}:pause",
 	rJobResume:   "/v1/jobs/{id}:resume",
 	rJobTrigger:  "/v1/jobs/{id}:trigger",
+	rJobDelete:   "/v1/jobs/{id}:delete",
 	rJobRuns:     "/v1/jobs/{id}/runs",
 	rDead:        "/v1/dead",
 	rDeadRun:     "/v1/dead/{run}",
@@ -78,7 +80,7 @@ var patterns = [numRoutes]string{
 
 // paramField is the name of each route's parameter in error replies ("" for none).
 var paramField = [numRoutes]string{
-	rJob: "id", rJobPause: "id", rJobResume: "id", rJobTrigger: "id", rJobRuns: "id",
+	rJob: "id", rJobPause: "id", rJobResume: "id", rJobTrigger: "id", rJobDelete: "id", rJobRuns: "id",
 	rDeadRun: "run", rDeadRequeue: "run",
 	rQueuePause: "queue", rQueueResume: "queue",
 }
@@ -151,7 +153,7 @@ type verb struct {
 
 // The actions of each collection's items.
 var (
-	jobVerbs   = []verb{{"pause", rJobPause}, {"resume", rJobResume}, {"trigger", rJobTrigger}}
+	jobVerbs   = []verb{{"pause", rJobPause}, {"resume", rJobResume}, {"trigger", rJobTrigger}, {"delete", rJobDelete}}
 	deadVerbs  = []verb{{"requeue", rDeadRequeue}}
 	queueVerbs = []verb{{"pause", rQueuePause}, {"resume", rQueueResume}}
 )
@@ -266,6 +268,7 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rJobPause, "POST", write, s.pauseJob)
 	add(rJobResume, "POST", write, s.resumeJob)
 	add(rJobTrigger, "POST", write, s.triggerJob)
+	add(rJobDelete, "POST", write, s.deleteJob)
 	add(rJobRuns, "GET", read, s.jobRuns)
 	add(rDead, "GET", read, s.listDead)
 	add(rDeadRun, "DELETE", write, s.deleteDead)

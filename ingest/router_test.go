@@ -94,6 +94,8 @@ func TestMatch(t *testing.T) {
 		{"/v1/jobs/..", "/v1/jobs/{id}", "..", false},
 		{"/v1/jobs/%2E%2E/runs", "/v1/jobs/{id}/runs", "..", false},
 		{"/v1/jobs/x%3Apause", "/v1/jobs/{id}:pause", "x", false},
+		{"/v1/jobs/abc:delete", "/v1/jobs/{id}:delete", "abc", false},
+		{"/v1/jobs/x%3Adelete", "/v1/jobs/{id}:delete", "x", false},
 		{"/v1/jobs/%3Apause", "", "", false},
 		{"/v1/jobs/a%2Db", "/v1/jobs/{id}", "a-b", false},
 		{"/v1/jobs/a+b", "/v1/jobs/{id}", "a+b", false},

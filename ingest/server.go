@@ -52,6 +52,7 @@ const (
 	DefaultAddr           = "127.0.0.1:8080"
 	DefaultMaxBatch       = 10000
 	DefaultRedisTimeout   = 5 * time.Second
+	DefaultWriteTimeout   = time.Minute
 	DefaultBacklogRefresh = 500 * time.Millisecond
 	maxDefaultBody        = 64 << 20
 	// perJobOverhead is the room a batch item takes beside its payload in the default
@@ -91,6 +92,10 @@ type Config struct {
 	BacklogRefresh time.Duration
 	// RedisTimeout bounds every Redis call a request makes. Default 5s.
 	RedisTimeout time.Duration
+	// WriteTimeout bounds the writing of one response (a client that does not read is
+	// dropped after it). A stream (the dashboard's live updates) gets it afresh before
+	// each of its writes, so that it may last. Default 1m.
+	WriteTimeout time.Duration
 	// MetricsHandler serves GET /metrics when set (cmd passes Prometheus's).
 	MetricsHandler fasthttp.RequestHandler
 	// Metrics receives request counts and latencies. Nil means none.
@@ -124,6 +129,9 @@ func (c Config) withDefaults() Config {
 	if c.BacklogRefresh == 0 {
 		c.BacklogRefresh = DefaultBacklogRefresh
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -146,6 +154,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: BacklogRefresh: must not be negative, got %s", c.BacklogRefresh)
 	case c.RedisTimeout < 0:
 		return fmt.Errorf("ingest: RedisTimeout: must not be negative, got %s", c.RedisTimeout)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("ingest: WriteTimeout: must not be negative, got %s", c.WriteTimeout)
 	}
 	seen := map[string]bool{}
 	for i, t := range c.Tokens {
@@ -235,7 +245,7 @@ func New(cfg Config) (*Server, error) {
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		ReadTimeout:                  time.Minute,
-		WriteTimeout:                 time.Minute,
+		WriteTimeout:                 cfg.WriteTimeout,
 		IdleTimeout:                  2 * time.Minute,
 		CloseOnShutdown:              true,
 		NoDefaultServerHeader:        true,

@@ -160,7 +160,8 @@ type QueueList struct {
 	Queues []Queue `json:"queues"`
 }
 
-// StateReply is the reply of the job actions (:pause, :resume, DELETE) and queue actions.
+// StateReply is the reply of the job actions (:pause, :resume, :delete, DELETE), the dead
+// runs' actions and the queue actions. After :delete, State is "deleted".
 type StateReply struct {
 	ID      string `json:"id"`
 	State   string `json:"state"`

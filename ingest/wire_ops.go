@@ -110,7 +110,7 @@ type JobFilter struct {
 // With a filter, call again with Cursor set to the reply's NextCursor until it is
 // empty: each call does a bounded amount of work.
 type BulkRequest struct {
-	Action string     `json:"action"` // jobs: cancel, pause, resume, trigger; dead: requeue, delete
+	Action string     `json:"action"` // jobs: cancel, pause, resume, trigger, delete; dead: requeue, delete
 	IDs    []string   `json:"ids,omitempty"`
 	Filter *JobFilter `json:"filter,omitempty"`
 	Cursor string     `json:"cursor,omitempty"`

@@ -12,7 +12,8 @@ import (
 // The actions call the API with the session's scope: a read session's actions come back
 // 403 from the API itself, whatever the browser sent.
 
-// jobAction serves POST /ui/actions/job: id, action (pause, resume, trigger, cancel).
+// jobAction serves POST /ui/actions/job: id, action (pause, resume, trigger, cancel,
+// delete). After a delete it goes back to the search: the job is gone.
 func (u *UI) jobAction(ctx *fasthttp.RequestCtx, v *viewer) {
 	args := ctx.PostArgs()
 	id, action := string(args.Peek("id")), string(args.Peek("action"))
@@ -29,6 +30,11 @@ func (u *UI) jobAction(ctx *fasthttp.RequestCtx, v *viewer) {
 		_, err = c.TriggerJob(rc, id)
 	case "cancel":
 		_, err = c.CancelJob(rc, id)
+	case "delete":
+		if _, err = c.DeleteJob(rc, id); err == nil {
+			redirect(ctx, Prefix+"/jobs")
+			return
+		}
 	default:
 		u.fail(ctx, fasthttp.StatusBadRequest, "unknown job action "+jsonString(action))
 		return

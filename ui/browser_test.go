@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/ui"
 )
 
@@ -134,6 +136,26 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.Equal(t, job.StateScheduled, state("bulk-2"))
 	})
 
+	t.Run("DeleteFromDetailAndBulk", func(t *testing.T) {
+		gone := func(id string) bool {
+			_, err := store.Get(bg, id)
+			return errors.Is(err, shard.ErrNotFound)
+		}
+		run(t, chromedp.Navigate(base+"/ui/jobs/bulk-4"), chromedp.WaitVisible("#act-delete", chromedp.ByID), noConfirm,
+			chromedp.Click("#act-delete", chromedp.ByID), chromedp.WaitVisible("#jobs", chromedp.ByID))
+		var url string
+		run(t, chromedp.Location(&url))
+		require.Equal(t, base+"/ui/jobs", url, "back to the search: the job is gone")
+		require.True(t, gone("bulk-4"))
+
+		run(t, chromedp.Navigate(base+"/ui/jobs?q=bulk-5"), chromedp.WaitVisible("#jobs", chromedp.ByID), noConfirm,
+			chromedp.Click(`input.select[value="bulk-5"]`, chromedp.ByQuery),
+			chromedp.SetValue(".bulk-action", "delete", chromedp.ByQuery), chromedp.Click("#bulk-selected", chromedp.ByID),
+			chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery))
+		require.Contains(t, text(t, "#bulk-status"), "Done: 1 matched, 1 changed, 0 failed")
+		require.True(t, gone("bulk-5"))
+	})
+
 	t.Run("JobDetailDSTPreviewAndLiveUpdates", func(t *testing.T) {
 		run(t, chromedp.Navigate(base+"/ui/jobs/nightly"), chromedp.WaitVisible("#preview li.dst.moved", chromedp.ByQuery),
 			chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), screenshot("job"))
@@ -185,6 +207,11 @@ func TestBrowser_Dashboard(t *testing.T) {
 			&status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
 		require.Equal(t, http.StatusForbidden, status)
 		require.Equal(t, job.StateScheduled, state("nightly"))
+		run(t, chromedp.Evaluate(`fetch("/ui/actions/job", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+			body: "action=delete&id=nightly&csrf=" + encodeURIComponent(document.querySelector('meta[name="csrf-token"]').content)}).then(r => r.status)`,
+			&status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+		require.Equal(t, http.StatusForbidden, status)
+		require.Equal(t, job.StateScheduled, state("nightly"), "a read session may not delete")
 		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#queues", chromedp.ByID), screenshot("overview"))
 		require.False(t, strings.Contains(text(t, "#queues"), "Pause"))
 	})

@@ -49,6 +49,10 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	closing, every := u.api.Closing(), u.cfg.LiveEvery
+	// The server's WriteTimeout bounds a whole response: the stream extends the write
+	// deadline by it before each write instead, so that a stream lasts while a client
+	// that stops reading is still dropped after it.
+	conn, writeTimeout := ctx.Conn(), u.api.WriteTimeout()
 	// The writer runs after this handler returns: it uses copies, never ctx.
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		var last []byte
@@ -58,6 +62,9 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 			bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			b, err := u.refresh(bg, v, name, id, q, n)
 			cancel()
+			if conn.SetWriteDeadline(time.Now().Add(writeTimeout)) != nil {
+				return // the connection is closed
+			}
 			switch {
 			case err == errNoSession:
 				_, _ = w.WriteString("event: ended\ndata: {}\n\n")

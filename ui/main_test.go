@@ -38,10 +38,17 @@ type bundle struct {
 
 func setup(t *testing.T, b redistest.Backend, tokens []ingest.Token, cfg ui.Config) *bundle {
 	t.Helper()
+	return setupAPI(t, b, ingest.Config{Tokens: tokens}, cfg)
+}
+
+// setupAPI is setup with the API's config (Store and Addr are filled in).
+func setupAPI(t *testing.T, b redistest.Backend, icfg ingest.Config, cfg ui.Config) *bundle {
+	t.Helper()
 	rc := b.Client(t)
 	store, err := shard.Open(context.Background(), rc, shard.Config{Namespace: redistest.Namespace(t, b), Shards: 8})
 	require.NoError(t, err)
-	api, err := ingest.New(ingest.Config{Store: store, Addr: "127.0.0.1:0", Tokens: tokens})
+	icfg.Store, icfg.Addr = store, "127.0.0.1:0"
+	api, err := ingest.New(icfg)
 	require.NoError(t, err)
 	cfg.API = api
 	if cfg.LiveEvery == 0 {

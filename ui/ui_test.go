@@ -16,6 +16,7 @@ import (
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/ui"
 )
 
@@ -253,4 +254,75 @@ func TestUI_BodyBounds(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusLengthRequired, res.StatusCode)
+}
+
+// The job page's Delete button removes the job and goes back to the search; a read
+// session sees no button and its delete is refused by the API (403).
+func TestUI_DeleteJob(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "d1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+
+	reader := tb.browser()
+	reader.login(readToken)
+	p := reader.get("/ui/jobs/d1")
+	require.Equal(t, 200, p.status)
+	require.NotContains(t, p.body, `id="act-delete"`)
+	require.NotContains(t, reader.get("/ui/jobs").body, `<option value="delete">`)
+	p = reader.post("/ui/actions/job", url.Values{"id": {"d1"}, "action": {"delete"}})
+	require.Equal(t, http.StatusForbidden, p.status, p.body)
+	_, err = tb.store.Get(ctx, "d1")
+	require.NoError(t, err)
+
+	writer := tb.browser()
+	writer.login(writeToken)
+	p = writer.get("/ui/jobs/d1")
+	require.Contains(t, p.body, `id="act-delete"`)
+	require.Contains(t, p.body, `data-confirm="Delete job d1 and all its runs now?`)
+	require.Contains(t, writer.get("/ui/jobs").body, `<option value="delete">Delete</option>`)
+	p = writer.post("/ui/actions/job", url.Values{"id": {"d1"}, "action": {"delete"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/jobs", p.header.Get("Location"))
+	_, err = tb.store.Get(ctx, "d1")
+	require.ErrorIs(t, err, shard.ErrNotFound)
+	p = writer.post("/ui/actions/job", url.Values{"id": {"d1"}, "action": {"delete"}})
+	require.Equal(t, http.StatusNotFound, p.status, p.body)
+}
+
+// A live stream outlives the server's WriteTimeout (which bounds one response): each
+// write gets the timeout afresh. Here the timeout is 300ms and the stream's keep-alive
+// comes after 15 intervals of 100ms, then an update: both after the first deadline.
+func TestUI_StreamOutlivesWriteTimeout(t *testing.T) {
+	t.Parallel()
+	m, _ := redistest.Mini(t)
+	tb := setupAPI(t, redistest.Backend{Name: redistest.Miniredis, Addrs: []string{m.Addr()}, Mini: m},
+		ingest.Config{WriteTimeout: 300 * time.Millisecond}, ui.Config{LiveEvery: 100 * time.Millisecond})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "long-1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	req, _ := http.NewRequest("GET", tb.base+"/ui/events?page=%2Fui%2Fjobs%2Flong-1", nil)
+	res, err := br.hc.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	r := bufio.NewReader(res.Body)
+	line := func() string {
+		l, err := r.ReadString('\n')
+		require.NoError(t, err, "the stream ended")
+		return l
+	}
+	for !strings.HasPrefix(line(), "data: ") { // the first update
+	}
+	for line() != ": keep-alive\n" { // written 1.5s in: the first deadline has passed
+	}
+	_, _, err = tb.store.Pause(ctx, "long-1")
+	require.NoError(t, err)
+	for {
+		if data, ok := strings.CutPrefix(line(), "data: "); ok {
+			require.Contains(t, data, "paused")
+			break
+		}
+	}
 }

@@ -34,7 +34,10 @@ const jobsUsage = `Usage:
   tock jobs ls [--queue Q] [--state S] [--limit N] [--cursor C] [--all]
   tock jobs patch ID [--payload JSON] [--at T | --delay D | --now | --cron EXPR --tz ZONE] [--priority P] [--max-attempts N]
   tock jobs cancel|pause|resume|trigger ID...
+  tock jobs delete ID...       (removes jobs and their runs now; cancel keeps them a while)
   tock jobs runs ID
+  tock jobs bulk ACTION (ID... | [--queue Q] [--state S] [--type T] [--prefix P] | --all)
+                               (ACTION: cancel, pause, resume, trigger or delete)
 API flags: --api URL (env TOCK_API, default ` + defaultAPI + `), --token T (env TOCK_TOKEN), --json
 `
 
@@ -42,6 +45,7 @@ const deadUsage = `Usage:
   tock dead ls [--queue Q] [--limit N] [--cursor C] [--all]
   tock dead requeue RUN...     (RUN is "<job id>:<due ms>", as dead ls prints it)
   tock dead rm RUN...
+  tock dead bulk requeue|delete (RUN... | --queue Q | --all)
 API flags: --api URL (env TOCK_API, default ` + defaultAPI + `), --token T (env TOCK_TOKEN), --json
 `
 
@@ -103,6 +107,10 @@ var apiHelp = map[string]commandHelp{
 	"jobs pause":   {"tock jobs pause ID... [flags]", "Pause jobs: no run starts until they are resumed."},
 	"jobs resume":  {"tock jobs resume ID... [flags]", "Resume paused jobs."},
 	"jobs trigger": {"tock jobs trigger ID... [flags]", "Fire jobs now, outside their schedule, and print the runs."},
+	"jobs delete": {"tock jobs delete ID... [flags]",
+		"Delete jobs now, whatever their state, with every run of them (scheduled, ready, in flight, " +
+			"waiting for a retry, dead): a running handler's context is cancelled, and nothing of the job " +
+			"is left to read. tock jobs cancel stops a job but keeps it for the retention period."},
 	"jobs runs": {"tock jobs runs ID [flags]",
 		"Print a job's last runs: due time, start, duration, worker, attempt, outcome and error."},
 	"dead ls": {"tock dead ls [flags]",
@@ -207,8 +215,11 @@ func (a *apiCmd) table() *tabwriter.Writer {
 	return tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 }
 
-// jobsAliases maps other names of the jobs and dead commands to theirs.
-var jobsAliases = map[string]string{"list": "ls", "update": "patch", "delete": "rm"}
+// aliases maps other names of the commands of a group (jobs, dead) to theirs.
+var aliases = map[string]map[string]string{
+	"jobs": {"list": "ls", "update": "patch"},
+	"dead": {"list": "ls", "delete": "rm"},
+}
 
 // subcommand returns the command args[0] of group ("jobs") and its arguments, or an
 // error: flag.ErrHelp once groupUsage is printed for --help, a *usageError when args
@@ -221,7 +232,7 @@ func subcommand(c *cli, group, groupUsage string, args []string, subs ...string)
 		fmt.Fprint(c.out, groupUsage)
 		return "", nil, flag.ErrHelp
 	}
-	sub := cmp.Or(jobsAliases[args[0]], args[0])
+	sub := cmp.Or(aliases[group][args[0]], args[0])
 	if !slices.Contains(subs, sub) {
 		return "", nil, usageErrorf("tock "+group, "%s: unknown command %q", group, args[0])
 	}
@@ -229,7 +240,7 @@ func subcommand(c *cli, group, groupUsage string, args []string, subs ...string)
 }
 
 func runJobs(ctx context.Context, c *cli, args []string) error {
-	sub, args, err := subcommand(c, "jobs", jobsUsage, args, "create", "get", "ls", "patch", "cancel", "pause", "resume", "trigger", "runs")
+	sub, args, err := subcommand(c, "jobs", jobsUsage, args, "create", "get", "ls", "patch", "cancel", "pause", "resume", "trigger", "delete", "runs", "bulk")
 	if err != nil {
 		return err
 	}
@@ -254,12 +265,13 @@ func runJobs(ctx context.Context, c *cli, args []string) error {
 		return a.jobsList(ctx, args)
 	case "patch":
 		return a.jobsPatch(ctx, args)
-	case "cancel", "pause", "resume":
+	case "cancel", "pause", "resume", "delete":
 		if err := a.parse(args, -1, "a job id"); err != nil {
 			return err
 		}
 		action := map[string]func(context.Context, string) (ingest.StateReply, error){
 			"cancel": a.client.CancelJob, "pause": a.client.PauseJob, "resume": a.client.ResumeJob,
+			"delete": a.client.DeleteJob,
 		}[sub]
 		return a.stateActions(ctx, "ID", action)
 	case "trigger":
@@ -276,6 +288,8 @@ func runJobs(ctx context.Context, c *cli, args []string) error {
 			replies = append(replies, r)
 		}
 		return a.flushTrigger(replies)
+	case "bulk":
+		return a.bulk(ctx, args, false)
 	case "runs":
 		if err := a.parse(args, 1, "a job id"); err != nil {
 			return err
@@ -829,7 +843,7 @@ func (a *apiCmd) printRuns(runs []ingest.Run) error {
 }
 
 func runDead(ctx context.Context, c *cli, args []string) error {
-	sub, args, err := subcommand(c, "dead", deadUsage, args, "ls", "requeue", "rm")
+	sub, args, err := subcommand(c, "dead", deadUsage, args, "ls", "requeue", "rm", "bulk")
 	if err != nil {
 		return err
 	}
@@ -889,6 +903,8 @@ func runDead(ctx context.Context, c *cli, args []string) error {
 			return err
 		}
 		return a.stateActions(ctx, "ID", a.client.DeleteDead)
+	case "bulk":
+		return a.bulk(ctx, args, true)
 	}
 	return nil
 }

@@ -457,3 +457,33 @@ func TestBench_Procs(t *testing.T) {
 	require.Equal(t, 1, res.Procs)
 	require.Equal(t, before, runtime.GOMAXPROCS(0), "restored afterwards")
 }
+
+// tock jobs delete removes jobs now (get then fails with 404), one missing stops it after
+// printing what was deleted; tock jobs cancel still keeps the job readable.
+func TestJobs_Delete(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t)
+	for _, id := range []string{"a", "b", "c"} {
+		b.ok(t, "jobs", "create", "--id", id, "--type", "t", "--delay", "1h")
+	}
+	out := b.ok(t, "jobs", "delete", "a", "b")
+	require.Regexp(t, `(?m)^ID\s+STATE\s+CHANGED$`, out)
+	require.Regexp(t, `(?m)^a\s+deleted\s+true$`, out)
+	require.Regexp(t, `(?m)^b\s+deleted\s+true$`, out)
+	for _, id := range []string{"a", "b"} {
+		r := b.run(t, "", "jobs", "get", id)
+		require.ErrorContains(t, r.err, "404 not_found", id)
+	}
+	b.ok(t, "jobs", "create", "--id", "a", "--type", "t", "--delay", "1h")
+	r := b.run(t, "", "jobs", "delete", "a", "missing", "c")
+	require.ErrorContains(t, r.err, "jobs delete missing: 404 not_found")
+	require.Regexp(t, `(?m)^a\s+deleted\s+true$`, r.out)
+	b.ok(t, "jobs", "get", "c") // not reached
+	sr := decodeJSON[ingest.StateReply](t, b.ok(t, "jobs", "delete", "c", "--json"))
+	require.Equal(t, ingest.StateReply{ID: "c", State: "deleted", Changed: true}, sr)
+	r = b.run(t, "", "jobs", "delete")
+	require.ErrorContains(t, r.err, "a job id is required")
+	// dead delete is still dead rm.
+	r = b.run(t, "", "dead", "delete", "nope:1")
+	require.ErrorContains(t, r.err, "dead rm nope:1: 404")
+}

@@ -38,11 +38,15 @@ Usage:
   tock snapshot export --to LOCATION | restore --from LOCATION | verify --from LOCATION | ls --from LOCATION
       Export every job to a directory or object storage (file://, s3://), or rebuild an
       empty namespace from a snapshot after checking it whole (see docs/snapshots.md).
-  tock jobs create|get|ls|patch|cancel|pause|resume|trigger|runs [flags]
+  tock jobs create|get|ls|patch|cancel|pause|resume|trigger|delete|runs|bulk [flags]
       Manage jobs through the API: --api URL (env TOCK_API, default http://127.0.0.1:8080),
-      --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table.
-  tock dead ls|requeue|rm [flags]
-      List dead runs, make them ready again, or delete them.
+      --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table. jobs bulk
+      applies an action to the jobs a filter matches, following the cursors.
+  tock dead ls|requeue|rm|bulk [flags]
+      List dead runs, make them ready again, or delete them (bulk: all of a queue).
+  tock cluster | tock figures [--queue Q] [--minutes N]
+      The cluster (dispatchers, shard leases and counts, workers, Redis nodes), or each
+      queue's per-minute figures (fires, lateness).
   tock queues [--watch] | tock queues pause|resume QUEUE...
       Queue figures (--watch redraws every 2s, and keeps trying while the API is down),
       or stop and restart claiming from a queue.
@@ -90,6 +94,10 @@ func run(ctx context.Context, args []string, c *cli) error {
 		return runDead(ctx, c, args[1:])
 	case "queues", "queue":
 		return runQueues(ctx, c, args[1:])
+	case "cluster":
+		return runCluster(ctx, c, args[1:])
+	case "figures":
+		return runFigures(ctx, c, args[1:])
 	case "bench":
 		return runBench(ctx, args[1:], c)
 	case "snapshot":

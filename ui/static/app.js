@@ -51,6 +51,7 @@
     } else {
       var ids = Array.prototype.map.call(document.querySelectorAll("input.select:checked"), function (c) { return c.value; });
       if (ids.length === 0) { status.textContent = "Select rows first."; return; }
+      if (action === "delete" && !window.confirm("delete the " + ids.length + " selected? This cannot be undone.")) return;
       req.ids = ids;
     }
     var sum = { matched: 0, changed: 0, failed: 0, errors: [] };
