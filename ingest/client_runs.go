@@ -28,16 +28,11 @@ func (c *Client) HeartbeatRuns(ctx context.Context, worker string, runs []HeldRu
 }
 
 // AckRun reports that a run succeeded (POST /v1/runs/{run}:ack), with result stored
-// with it when not nil (sent as result_base64). A run not held with token any more
+// with it when not empty (sent as result when it is compact JSON, else as result_base64). A run not held with token any more
 // gives an *APIError with status 409 and code CodeTokenMismatch.
 func (c *Client) AckRun(ctx context.Context, run, token string, result []byte) (RunReply, error) {
 	req := AckRequest{Token: token}
-	if result != nil {
-		req.Result, req.ResultBase64 = encodePayload(result)
-		if len(result) == 0 {
-			req.Result = []byte(`""`)
-		}
-	}
+	req.Result, req.ResultBase64 = encodePayload(result) // an empty result is none
 	return c.runAction(ctx, run, ":ack", req)
 }
 

@@ -57,7 +57,8 @@ const (
 
 // pullState is the server's state for the run endpoints.
 type pullState struct {
-	rot atomic.Uint64 // rotates the first source of claims, so that no shard starves
+	rot     atomic.Uint64 // rotates the first source of claims, so that no shard starves
+	waiting atomic.Pointer[func()] // tests: called when a claim starts to wait
 }
 
 // source is a queue of a shard.
@@ -152,7 +153,7 @@ func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Dur
 	for _, t := range req.Types {
 		types[t] = true
 	}
-	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}}
+	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}, out: []ClaimedRun{}}
 
 	// A first pass over every source.
 	if aerr := p.pass(ctx, all); aerr != nil || len(p.out) > 0 || wait == 0 {
@@ -203,6 +204,9 @@ func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Dur
 		<-done
 	}()
 
+	if f := s.runsPull.waiting.Load(); f != nil {
+		(*f)()
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	sweep := time.NewTicker(pullSweep)
