@@ -57,7 +57,7 @@ const (
 
 // pullState is the server's state for the run endpoints.
 type pullState struct {
-	rot     atomic.Uint64 // rotates the first source of claims, so that no shard starves
+	rot     atomic.Uint64          // rotates the first source of claims, so that no shard starves
 	waiting atomic.Pointer[func()] // tests: called when a claim starts to wait
 }
 

@@ -163,4 +163,3 @@ func TestFinish_FailedWithDelay(t *testing.T) {
 		require.Equal(t, 1, runs[0].Attempt)
 	})
 }
-
