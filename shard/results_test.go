@@ -163,3 +163,28 @@ func TestFinish_FailedWithDelay(t *testing.T) {
 		require.Equal(t, 1, runs[0].Attempt)
 	})
 }
+
+// A snapshot keeps results: a job read with ReadJobs and restored reads them back.
+func TestResult_KeptBySnapshot(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		src := open(t, b, shard.Config{Shards: 1, ColdAfter: -1})
+		dst := open(t, b, shard.Config{Shards: 1, ColdAfter: -1})
+		_, err := src.Create(ctx, []*job.Job{{ID: "r", Type: "t", Schedule: job.Schedule{Now: true}}})
+		require.NoError(t, err)
+		c, err := src.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		errs, err := src.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded, Result: []byte("42")}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		recs, err := src.ReadJobs(ctx, 0, []string{"r"})
+		require.NoError(t, err)
+		_, err = dst.RestoreJobs(ctx, 0, recs)
+		require.NoError(t, err)
+		runs, err := dst.Runs(ctx, "r")
+		require.NoError(t, err)
+		require.Len(t, runs, 1)
+		require.Equal(t, []byte("42"), runs[0].Result)
+	})
+}
