@@ -260,7 +260,7 @@ func TestRuns_HeartbeatCancelledAndOtherEnds(t *testing.T) {
 		j, err := wc.GetJob(ctx, "f")
 		require.NoError(t, err)
 		require.Equal(t, "retrying", j.State)
-		require.WithinRange(t, *j.RetryAt, now.Add(9*time.Minute), now.Add(10*time.Minute), "retry_after, not the hour of backoff")
+		require.WithinRange(t, *j.RetryAt, now.Add(9*time.Minute), now.Add(11*time.Minute), "retry_after, not the hour of backoff")
 		runs, err := wc.Runs(ctx, "f")
 		require.NoError(t, err)
 		require.Equal(t, "smtp down", runs.Runs[0].Error)

@@ -155,7 +155,7 @@ func TestFinish_FailedWithDelay(t *testing.T) {
 		require.NoError(t, err)
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
-		require.WithinRange(t, info.RetryAt, now.Add(9*time.Minute), now.Add(10*time.Minute), "not the hour of the backoff")
+		require.WithinRange(t, info.RetryAt, now.Add(9*time.Minute), now.Add(11*time.Minute), "not the hour of the backoff")
 		runs, err := s.Runs(ctx, "f")
 		require.NoError(t, err)
 		require.Equal(t, job.OutcomeFailed, runs[0].Outcome)
