@@ -279,6 +279,8 @@ func resName(prefix string) string {
 		return "run"
 	case "/v1/queues/":
 		return "queue"
+	case "/v1/runs/":
+		return "run"
 	}
 	return "id"
 }

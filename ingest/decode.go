@@ -642,6 +642,7 @@ func wireRuns(runs []job.Run) RunList {
 			Due: r.Due.UTC(), Start: timePtr(r.Start), End: timePtr(r.End), Worker: r.Worker,
 			Attempt: r.Attempt, Outcome: string(r.Outcome), Error: r.Error, Missed: r.Missed,
 		}
+		out.Runs[i].Result, out.Runs[i].ResultBase64 = encodePayload(r.Result)
 	}
 	return out
 }

@@ -48,6 +48,12 @@ const (
 	rFigures
 	rJobsBulk
 	rDeadBulk
+	rRunsClaim
+	rRunsHeartbeat
+	rRunAck
+	rRunFail
+	rRunSnooze
+	rRunCancel
 	numRoutes
 )
 
@@ -76,6 +82,13 @@ var patterns = [numRoutes]string{
 	rFigures:         "/v1/figures",
 	rJobsBulk:        "/v1/jobs:bulk",
 	rDeadBulk:        "/v1/dead:bulk",
+
+	rRunsClaim:     "/v1/runs:claim",
+	rRunsHeartbeat: "/v1/runs:heartbeat",
+	rRunAck:        "/v1/runs/{run}:ack",
+	rRunFail:       "/v1/runs/{run}:fail",
+	rRunSnooze:     "/v1/runs/{run}:snooze",
+	rRunCancel:     "/v1/runs/{run}:cancel",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -83,6 +96,7 @@ var paramField = [numRoutes]string{
 	rJob: "id", rJobPause: "id", rJobResume: "id", rJobTrigger: "id", rJobDelete: "id", rJobRuns: "id",
 	rDeadRun: "run", rDeadRequeue: "run",
 	rQueuePause: "queue", rQueueResume: "queue",
+	rRunAck: "run", rRunFail: "run", rRunSnooze: "run", rRunCancel: "run",
 }
 
 // match finds the route of a raw path (as sent, still percent-encoded) and its
@@ -119,6 +133,10 @@ func match(path string) (r int, p string, bad bool) {
 		return rJobsBulk, "", false
 	case "/v1/dead:bulk":
 		return rDeadBulk, "", false
+	case "/v1/runs:claim":
+		return rRunsClaim, "", false
+	case "/v1/runs:heartbeat":
+		return rRunsHeartbeat, "", false
 	}
 	// /v1/<collection>/<parameter segment>[/runs]
 	rest, ok := strings.CutPrefix(path, "/v1/")
@@ -141,6 +159,8 @@ func match(path string) (r int, p string, bad bool) {
 		return action(seg, rDeadRun, deadVerbs)
 	case coll == "queues":
 		return action(seg, -1, queueVerbs)
+	case coll == "runs":
+		return action(seg, -1, runVerbs)
 	}
 	return -1, "", false
 }
@@ -156,6 +176,7 @@ var (
 	jobVerbs   = []verb{{"pause", rJobPause}, {"resume", rJobResume}, {"trigger", rJobTrigger}, {"delete", rJobDelete}}
 	deadVerbs  = []verb{{"requeue", rDeadRequeue}}
 	queueVerbs = []verb{{"pause", rQueuePause}, {"resume", rQueueResume}}
+	runVerbs   = []verb{{"ack", rRunAck}, {"fail", rRunFail}, {"snooze", rRunSnooze}, {"cancel", rRunCancel}}
 )
 
 // verbRoute is the route of the action named v; -1 when none.
@@ -220,6 +241,11 @@ func checkParam(r int, p string, bad bool) *apiError {
 		return nil
 	case bad:
 		return invalid(field, "not valid percent-encoding in the path: "+strconv.Quote(p))
+	case field == "run" && r >= rRunAck && r <= rRunCancel:
+		// A run of the run endpoints that cannot exist is not found, as an unknown one.
+		if validRun(p) != nil {
+			return &apiError{status: 404, code: CodeNotFound, field: "run", msg: "run " + strconv.Quote(p) + " not found: a run is <job id>:<due ms>"}
+		}
 	case field == "run":
 		return validRun(p)
 	case field == "queue":
@@ -248,6 +274,7 @@ const (
 	public access = iota // no token needed
 	read
 	write
+	work // the run endpoints: a worker or write token
 )
 
 func (s *Server) buildRoutes() [numRoutes][]endpoint {
@@ -281,6 +308,12 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rFigures, "GET", read, s.figures)
 	add(rJobsBulk, "POST", write, s.bulkJobs)
 	add(rDeadBulk, "POST", write, s.bulkDead)
+	add(rRunsClaim, "POST", work, s.claimRuns)
+	add(rRunsHeartbeat, "POST", work, s.heartbeatRuns)
+	add(rRunAck, "POST", work, s.ackRun)
+	add(rRunFail, "POST", work, s.failRun)
+	add(rRunSnooze, "POST", work, s.snoozeRun)
+	add(rRunCancel, "POST", work, s.cancelRun)
 	return rs
 }
 
@@ -415,8 +448,8 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 		return true
 	}
 	if scope, ok := ctx.UserValue(scopeKey{}).(Scope); ok { // ServeAs
-		if a == write && scope != ScopeWrite {
-			writeError(ctx, &apiError{status: 403, code: CodeForbidden, msg: "this session may only read"})
+		if aerr := scopeError(scope, a); aerr != nil {
+			writeError(ctx, aerr)
 			return false
 		}
 		return true
@@ -440,11 +473,31 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="tock", error="invalid_token"`)
 		writeError(ctx, &apiError{status: 401, code: CodeUnauthenticated, msg: "unknown bearer token"})
 		return false
-	case a == write && scope != ScopeWrite:
-		writeError(ctx, &apiError{status: 403, code: CodeForbidden, msg: "this token may only read"})
+	}
+	if aerr := scopeError(scope, a); aerr != nil {
+		writeError(ctx, aerr)
 		return false
 	}
 	return true
+}
+
+// scopeError is the 403 of a token of scope on an endpoint of access a; nil when
+// allowed. Write may do everything; read only read; worker only the run endpoints.
+func scopeError(scope Scope, a access) *apiError {
+	switch {
+	case scope == ScopeWrite || a == public:
+		return nil
+	case scope == ScopeWorker:
+		if a == work {
+			return nil
+		}
+		return &apiError{status: 403, code: CodeForbidden, msg: "this token may only claim and report runs (/v1/runs)"}
+	case a == read:
+		return nil
+	case a == work:
+		return &apiError{status: 403, code: CodeForbidden, msg: "this token may only read: the run endpoints need a worker or write token"}
+	}
+	return &apiError{status: 403, code: CodeForbidden, msg: "this token may only read"}
 }
 
 // handleReadError answers requests fasthttp could not read (malformed HTTP, a header

@@ -26,10 +26,12 @@ import (
 // Scope is what a bearer token may do.
 type Scope string
 
-// Token scopes. Write includes read.
+// Token scopes. Write includes read and worker; worker may only call the run endpoints
+// (/v1/runs…) and the health checks.
 const (
-	ScopeRead  Scope = "read"
-	ScopeWrite Scope = "write"
+	ScopeRead   Scope = "read"
+	ScopeWrite  Scope = "write"
+	ScopeWorker Scope = "worker"
 )
 
 // Token is a bearer token accepted by the server.
@@ -90,6 +92,10 @@ type Config struct {
 	// again (one request measures while the others use the previous figure plus the runs
 	// admitted since). Default 500ms. Only used with MaxBacklog.
 	BacklogRefresh time.Duration
+	// MaxResult bounds the result of a run acked through POST /v1/runs/{run}:ack, in
+	// bytes (a larger one is refused with 413). Default 64 KiB (DefaultMaxResult); at
+	// most shard.MaxResult.
+	MaxResult int
 	// RedisTimeout bounds every Redis call a request makes. Default 5s.
 	RedisTimeout time.Duration
 	// WriteTimeout bounds the writing of one response (a client that does not read is
@@ -126,6 +132,9 @@ func (c Config) withDefaults() Config {
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = DefaultRedisTimeout
 	}
+	if c.MaxResult == 0 {
+		c.MaxResult = DefaultMaxResult
+	}
 	if c.BacklogRefresh == 0 {
 		c.BacklogRefresh = DefaultBacklogRefresh
 	}
@@ -156,14 +165,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: RedisTimeout: must not be negative, got %s", c.RedisTimeout)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("ingest: WriteTimeout: must not be negative, got %s", c.WriteTimeout)
+	case c.MaxResult < 0 || c.MaxResult > shard.MaxResult:
+		return fmt.Errorf("ingest: MaxResult: must be 0 to %d, got %d", shard.MaxResult, c.MaxResult)
 	}
 	seen := map[string]bool{}
 	for i, t := range c.Tokens {
 		switch {
 		case t.Secret == "":
 			return fmt.Errorf("ingest: Tokens[%d]: empty secret", i)
-		case t.Scope != ScopeRead && t.Scope != ScopeWrite:
-			return fmt.Errorf("ingest: Tokens[%d]: scope must be %q or %q, got %q", i, ScopeRead, ScopeWrite, t.Scope)
+		case t.Scope != ScopeRead && t.Scope != ScopeWrite && t.Scope != ScopeWorker:
+			return fmt.Errorf("ingest: Tokens[%d]: scope must be %q, %q or %q, got %q", i, ScopeRead, ScopeWrite, ScopeWorker, t.Scope)
 		case seen[t.Secret]:
 			return fmt.Errorf("ingest: Tokens[%d]: duplicate secret", i)
 		}
@@ -189,6 +200,7 @@ type Server struct {
 	now        func() time.Time // the local clock: fire rates and backlog age
 
 	backlog  backlogCache
+	runsPull pullState // the run endpoints (runs.go)
 	rates    rateTracker
 	errLog   logLimiter   // internal errors
 	reqLog   logLimiter   // requests fasthttp could not read

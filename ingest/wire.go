@@ -116,6 +116,10 @@ type Run struct {
 	Outcome string     `json:"outcome"`
 	Error   string     `json:"error,omitempty"`
 	Missed  int        `json:"missed,omitempty"`
+	// Result is what the handler returned with a succeeded run, when its bytes are
+	// JSON; ResultBase64 holds any other result.
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultBase64 string          `json:"result_base64,omitempty"`
 }
 
 // RunList is the reply of GET /v1/jobs/{id}/runs.

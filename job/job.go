@@ -419,6 +419,9 @@ type Run struct {
 	Outcome Outcome   `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
 	Missed  int       `json:"missed,omitempty"` // occurrences this entry stands for, when skipped or missed
+	// Result is what the handler returned with a succeeded run (nil when none), kept
+	// with the job for its retention.
+	Result []byte `json:"result,omitempty"`
 }
 
 // Outcome is how a run attempt ended.

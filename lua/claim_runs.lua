@@ -14,6 +14,11 @@
 --                           time (the dispatcher's lead), which the worker holds until
 --                           then without a handler slot. The claim stops at the first
 --                           run, in the set's order, that does not fit
+-- ARGV[7] noahead   flag    optional; '1': only runs that start now may be taken (for
+--                           workers that cannot hold a run until its start, such as
+--                           the HTTP API's): the claim stops at the first run, in the
+--                           set's order, fired ahead of its start time. Absent or '':
+--                           as nowmax says
 --
 -- Derived keys: P..'job:'..id, P..'stats', and the packed form's keys (include packed)
 --
@@ -29,13 +34,14 @@
 --          Every value returned costs Redis about as much as a field read. now_us is now
 --          in microseconds (a string), which orders the claim against ready signals.
 --          more is 1 when runs may be left (the claim took n entries, or stopped at one
---          that did not fit nowmax), 0 when the set is empty.
+--          that did not fit nowmax or noahead), 0 when the set is empty.
 --- @include "packed"
 
 local readyKey, inflightKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
 local n = tonumber(ARGV[2])
 local worker, nonce = ARGV[3], ARGV[4]
+local noAhead = ARGV[7] == '1'
 
 local now, nowUs, nowStr = now_ms()
 local out = {}
@@ -128,6 +134,10 @@ for k, member in ipairs(popped) do
       nowLeft = nowLeft - 1
       runAdds[nr + 1], runAdds[nr + 2] = id, packedRun
     else
+      if noAhead then
+        walked, more = k - 1, 1
+        break
+      end
       runAdds[nr + 1], runAdds[nr + 2] = id, runHead .. due .. runTail
     end
     nr = nr + 2
@@ -151,7 +161,7 @@ for k, member in ipairs(popped) do
     -- A run starts now unless it is due, or its retry is, after now (fired ahead).
     local r = j[7] and j[7] ~= '' and run_get(j[7])
     local startsNow = later_ms(later_ms(due, nowStr), r and r.ra or '') == nowStr
-    if j[1] and startsNow and nowLeft == 0 then
+    if j[1] and (startsNow and nowLeft == 0 or noAhead and not startsNow) then
       walked, more = k - 1, 1
       break
     end

@@ -20,11 +20,17 @@
 --          most entries are, and 4 values fewer for Redis to parse and hand to Lua
 --   long:  '' (no member is empty), member, token, outcome, error, delay ms
 --   outcome 'ok'       the run succeeded
---           'error'    retry after the job's backoff, or dead after the last attempt
+--           'result'   the run succeeded with a result: the error value holds it (bytes);
+--                      it is kept in the job hash as x<due> (a packed job thaws first)
+--           'error'    retry after the job's backoff (after delay ms instead when delay
+--                      is above 0), or dead after the last attempt
 --           'cancel'   do not retry (worker.Cancel); a one-time job ends cancelled
 --           'snooze'   retry after delay ms without using an attempt
 --           'handback' ready again at once without using an attempt (worker shutdown)
 --   A run whose job was cancelled while it ran ends cancelled whatever the outcome.
+--
+-- A recurring job keeps the results of its newest `keep` runs: 'xs' lists their due
+-- times, oldest first, and older x<due> fields are deleted as new ones come.
 --
 -- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
 --               the packed form's keys (include packed)
@@ -75,6 +81,29 @@ local function file_retry(member, when, q)
   end
 end
 
+-- The result of the entry being finished ('result' entries), else nil.
+local result = nil
+
+-- keep_result stores result as the run's x<due> field and lists due in 'xs', whose
+-- oldest entries beyond keep lose their results.
+local function keep_result(jobKey, due)
+  local list = {}
+  for d in string.gmatch(redis.call('HGET', jobKey, 'xs') or '', '([^,]+),') do
+    if d ~= due then
+      list[#list + 1] = d
+    end
+  end
+  list[#list + 1] = due
+  local drop = {}
+  while #list > keep do
+    drop[#drop + 1] = 'x' .. table.remove(list, 1)
+  end
+  redis.call('HSET', jobKey, 'x' .. due, result, 'xs', table.concat(list, ',') .. ',')
+  if #drop > 0 then
+    redis.call('HDEL', jobKey, unpack(drop))
+  end
+end
+
 -- next_rand walks a low-discrepancy sequence from the caller's random seed.
 local function next_rand()
   rand = (rand + 0.6180339887498949) % 1
@@ -119,6 +148,9 @@ local function finish(member, outcome, token, errmsg, delay)
       stat('f', j[4], -1)
       redis.call('HSET', jobKey, rf, 'succeeded|' .. att .. '|' .. dl .. '||' .. wk .. '|' .. sa .. '|' .. nowStr .. '|' .. er,
         'st', 'completed', 'rl', rl_del(j[5], due), 'hs', due)
+      if result then
+        keep_result(jobKey, due)
+      end
       redis.call('PEXPIRE', jobKey, retention)
       return 1
     end
@@ -151,6 +183,9 @@ local function finish(member, outcome, token, errmsg, delay)
     else
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'completed', 'rl', rl_del(rl, due), 'h', h)
     end
+    if result then
+      keep_result(jobKey, due)
+    end
     redis.call('PEXPIRE', jobKey, retention)
     return 1
   end
@@ -176,6 +211,11 @@ local function finish(member, outcome, token, errmsg, delay)
         r.att = att - 1
         when = now + (tonumber(delay) or 0)
         entry.o = 'snoozed'
+      elseif outcome == 'error' and (tonumber(delay) or 0) > 0 then
+        -- The worker's own retry delay (the HTTP API's retry_after).
+        when = now + tonumber(delay)
+        entry.o = 'failed'
+        entry.er = errmsg
       else
         local b = redis.call('HMGET', jobKey, 'ib', 'mb', 'mu', 'ji')
         local d = tonumber(field(b[1], 1000)) * tonumber(field(b[3], 2)) ^ (att - 1)
@@ -217,6 +257,9 @@ local function finish(member, outcome, token, errmsg, delay)
   rl = rl_del(rl, due)
   if outcome == 'ok' then
     entry.o = 'succeeded'
+    if result then
+      keep_result(jobKey, due)
+    end
   else
     entry.o = 'cancelled'
     entry.er = errmsg
@@ -327,10 +370,22 @@ for k = 1, n do
       results[k] = 1
     else
       packed_thaw(P, id)
-      results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+      if outcome == 'result' then
+        result = ARGV[a + 3]
+        results[k] = finish(member, 'ok', token, '', '0')
+        result = nil
+      else
+        results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+      end
     end
   elseif a > 0 then
-    results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+    if outcome == 'result' then
+      result = ARGV[a + 3]
+      results[k] = finish(member, 'ok', token, '', '0')
+      result = nil
+    else
+      results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+    end
   else
     results[k] = finish(member, 'ok', token, '', '0')
   end

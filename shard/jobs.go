@@ -413,8 +413,8 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 	}
 	id := s.ShardOf(jobID)
 	key := s.keys.Job(id, jobID)
-	f, err := s.c.Do(ctx, s.c.B().Hmget().Key(key).Field("st", "h", "hs").Build()).ToArray()
-	if err != nil || len(f) != 3 {
+	f, err := s.c.Do(ctx, s.c.B().Hmget().Key(key).Field("st", "h", "hs", "xs").Build()).ToArray()
+	if err != nil || len(f) != 4 {
 		return nil, fmt.Errorf("runs of job %q: %v", jobID, err)
 	}
 	h, hs := str(f[1]), str(f[2])
@@ -448,7 +448,43 @@ func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
 			runs = runs[:s.cfg.History]
 		}
 	}
+	if xs := str(f[3]); xs != "" {
+		if err := s.readResults(ctx, key, xs, runs); err != nil {
+			return nil, fmt.Errorf("runs of job %q: %w", jobID, err)
+		}
+	}
 	return runs, nil
+}
+
+// readResults sets the Result of the succeeded runs among runs whose due times xs lists
+// ("d1,d2,", finish_runs' keep_result), from their x<due> fields.
+func (s *Store) readResults(ctx context.Context, key, xs string, runs []job.Run) error {
+	dues := strings.Split(strings.TrimSuffix(xs, ","), ",")
+	fields := make([]string, len(dues))
+	for i, d := range dues {
+		fields[i] = "x" + d
+	}
+	vals, err := s.c.Do(ctx, s.c.B().Hmget().Key(key).Field(fields...).Build()).ToArray()
+	if err != nil || len(vals) != len(dues) {
+		return fmt.Errorf("results: %v", err)
+	}
+	byDue := make(map[int64][]byte, len(dues))
+	for i, d := range dues {
+		n, err := strconv.ParseInt(d, 10, 64)
+		if err != nil || vals[i].IsNil() {
+			continue
+		}
+		v, _ := vals[i].ToString()
+		byDue[n] = []byte(v)
+	}
+	for i := range runs {
+		if r := &runs[i]; r.Outcome == job.OutcomeSucceeded {
+			if v, ok := byDue[r.Due.UnixMilli()]; ok {
+				r.Result = v
+			}
+		}
+	}
+	return nil
 }
 
 // succeededRun is the history entry of a run that succeeded on the ack's fast path,

@@ -49,11 +49,16 @@ const MaxClaim = 1000
 // ahead of their start time (Claimed.StartAt after the claim), which a worker holds
 // without a handler slot. Now 0 means N, a negative Now none. The claim takes runs in
 // the ready set's order and stops at the first that does not fit.
+//
+// NoAhead takes only runs that start now: the claim stops at the first run fired ahead
+// of its start time (ClaimResult.More is then set). It is for workers that cannot be
+// trusted to hold a run until its start, such as those of the HTTP API.
 type ClaimRequest struct {
-	Shard ID
-	Queue string
-	N     int
-	Now   int
+	Shard   ID
+	Queue   string
+	N       int
+	Now     int
+	NoAhead bool
 }
 
 // ClaimResult is what one ClaimRequest got.
@@ -71,8 +76,11 @@ type ClaimResult struct {
 func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonce string) []ClaimResult {
 	calls := make([]call, len(reqs))
 	for i, q := range reqs {
-		calls[i] = call{s.scripts.ClaimRuns, []string{s.keys.Ready(q.Shard, q.Queue), s.keys.Inflight(q.Shard)},
-			[]string{s.keys.Prefix(q.Shard), strconv.Itoa(min(q.N, MaxClaim)), worker, nonce, q.Queue, strconv.Itoa(max(q.Now, -1))}}
+		args := []string{s.keys.Prefix(q.Shard), strconv.Itoa(min(q.N, MaxClaim)), worker, nonce, q.Queue, strconv.Itoa(max(q.Now, -1))}
+		if q.NoAhead {
+			args = append(args, "1")
+		}
+		calls[i] = call{s.scripts.ClaimRuns, []string{s.keys.Ready(q.Shard, q.Queue), s.keys.Inflight(q.Shard)}, args}
 	}
 	out := make([]ClaimResult, len(reqs))
 	for i, r := range s.exec(ctx, calls...) {
@@ -241,9 +249,21 @@ type Finish struct {
 	Member  string
 	Token   string
 	Outcome Outcome
-	Error   string        // for Failed and Cancelled
-	Delay   time.Duration // for Snoozed
+	Error   string // for Failed and Cancelled
+	// Delay is the snooze of Snoozed; for Failed, above 0, the time to the retry instead
+	// of the job's backoff (the attempt is used either way).
+	Delay time.Duration
+	// Result, not nil, is kept with a Succeeded run (job.Run.Result; callers bound it,
+	// at most MaxResult bytes): the job's history reads it back while the job is kept, and a recurring
+	// job keeps those of its newest Config.History runs. A packed job's run with a
+	// result makes the job a hash first, as any end but a plain success does.
+	Result []byte
 }
+
+// MaxResult is the largest result a caller should store per run (Finish.Result): the
+// API's Config.MaxResult may not be set above it, and the worker SDK fails a run whose
+// handler set a larger one.
+const MaxResult = 1 << 20
 
 // FinishRuns records the ends of attempts of runs of one shard in one call and returns
 // per run nil or ErrTokenMismatch (the run was redelivered or finished meanwhile: the
@@ -271,7 +291,7 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 		// value (finish_runs).
 		short := ""
 		for _, f := range fs {
-			if f.Outcome == Succeeded {
+			if f.Outcome == Succeeded && f.Result == nil {
 				short = f.Token
 				break
 			}
@@ -279,8 +299,13 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 		rest := make([]string, 0, 2+len(fs))
 		rest = append(rest, strconv.Itoa(len(fs)), short)
 		for _, f := range fs {
-			if f.Outcome == Succeeded && f.Token == short && short != "" && f.Member != "" {
+			if f.Outcome == Succeeded && f.Token == short && short != "" && f.Member != "" && f.Result == nil {
 				rest = append(rest, f.Member)
+				continue
+			}
+			if f.Outcome == Succeeded && f.Result != nil {
+				// A success with a result: outcome 'result', the result in the error's place.
+				rest = append(rest, "", f.Member, f.Token, "result", string(f.Result), "0")
 				continue
 			}
 			msg := f.Error

@@ -29,10 +29,20 @@ type Run struct {
 	// time. It is never before Due (nor before a retry's retry time): a run fired ahead
 	// of its time (dispatcher.Config.Lead) waits in the worker until then.
 	StartedAt time.Time
+
+	result []byte // SetResult
 }
 
+// SetResult sets the result of the run: when the handler then returns nil, b is kept
+// with the run for the job's retention (job.Run.Result; the API's run history shows it)
+// and a recurring job keeps those of its newest runs. b is at most shard.MaxResult
+// bytes: a larger result fails the attempt. A handler that returns an error stores no
+// result. Call it from the handler's goroutine only.
+func (r *Run) SetResult(b []byte) { r.result = b }
+
 // Handler runs jobs of one type. Work's ctx ends at the job's timeout, when the job is
-// cancelled, or when the worker stops. A nil error acks the run; other errors fail the
+// cancelled, or when the worker stops. A nil error acks the run (with the result set by
+// Run.SetResult, if any); other errors fail the
 // attempt and are retried by the job's policy, except those made by Cancel and Snooze.
 type Handler interface {
 	Work(ctx context.Context, r *Run) error
@@ -132,8 +142,11 @@ func (w *Worker) work(a *active) {
 		w.cfg.Metrics.RunFinished(a.queue, OutcomeRejected, a.lateness(started), ended.Sub(started))
 		w.observe(Result{Run: r, Started: started, Finished: ended, Outcome: OutcomeFailed, Err: err, Rejected: true})
 		return
+	case err == nil && len(r.result) > shard.MaxResult:
+		f.Outcome = shard.Failed
+		f.Error = fmt.Sprintf("the handler's result of %d bytes is over the limit of %d bytes", len(r.result), shard.MaxResult)
 	case err == nil:
-		f.Outcome = shard.Succeeded
+		f.Outcome, f.Result = shard.Succeeded, r.result
 	case errors.Is(cause, errJobCancelled) || errors.As(err, &ce):
 		f.Outcome, f.Error = shard.Cancelled, err.Error()
 	case errors.As(err, &se):

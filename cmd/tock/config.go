@@ -313,7 +313,7 @@ var settings = []*setting{
 			return checkAddr(v, 0)
 		}},
 	{flag: "token", env: "TOCK_TOKENS", key: "tokens", arg: "secret:scope", cmds: cmdServer | cmdIngest, list: true, secret: true,
-		help: "a bearer token the API accepts: a secret of at least 16 characters, a colon, and the scope read or write; " +
+		help: "a bearer token the API accepts: a secret of at least 16 characters, a colon, and the scope read, write or worker (worker: only the run endpoints /v1/runs…); " +
 			"repeat the flag, or separate tokens with commas. None: no authentication (meant for loopback addresses)",
 		parse: func(c *config, v string) error {
 			t, err := parseToken(v)
@@ -787,16 +787,16 @@ func checkAddr(v string, minPort int) error {
 	return nil
 }
 
-// parseToken parses "secret:scope", scope read or write; the secret is what precedes
+// parseToken parses "secret:scope", scope read, write or worker; the secret is what precedes
 // the last colon.
 func parseToken(v string) (ingest.Token, error) {
 	i := strings.LastIndexByte(v, ':')
 	if i <= 0 {
-		return ingest.Token{}, errors.New(`want "secret:scope" with scope read or write`)
+		return ingest.Token{}, errors.New(`want "secret:scope" with scope read, write or worker`)
 	}
 	secret, scope := v[:i], ingest.Scope(v[i+1:])
-	if scope != ingest.ScopeRead && scope != ingest.ScopeWrite {
-		return ingest.Token{}, fmt.Errorf("scope %q: want read or write", scope)
+	if scope != ingest.ScopeRead && scope != ingest.ScopeWrite && scope != ingest.ScopeWorker {
+		return ingest.Token{}, fmt.Errorf("scope %q: want read, write or worker", scope)
 	}
 	if len(secret) < 16 {
 		return ingest.Token{}, errors.New("secret shorter than 16 characters")

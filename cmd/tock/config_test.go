@@ -185,9 +185,9 @@ func TestLoadConfig_Errors(t *testing.T) {
 		{cmdIngest, redis, []string{"--http", "localhost"}, `--http "localhost": want host:port or :port with a port from 0 to 65535`},
 		{cmdIngest, with("TOCK_HTTP", ""), []string{"--http", ""}, `--http "": want host:port or :port with a port from 0 to 65535`},
 		{cmdDispatcher, with("TOCK_METRICS_HTTP", "x"), nil, `TOCK_METRICS_HTTP="x" (env): want host:port or :port with a port from 0 to 65535`},
-		{cmdServer, redis, []string{"--token", "nocolon"}, `--token: want "secret:scope" with scope read or write`},
+		{cmdServer, redis, []string{"--token", "nocolon"}, `--token: want "secret:scope" with scope read, write or worker`},
 		{cmdServer, redis, []string{"--token", "short:read"}, `--token: secret shorter than 16 characters`},
-		{cmdServer, redis, []string{"--token", "0123456789abcdef:admin"}, `--token: scope "admin": want read or write`},
+		{cmdServer, redis, []string{"--token", "0123456789abcdef:admin"}, `--token: scope "admin": want read, write or worker`},
 		{cmdServer, with("TOCK_TOKENS", "0123456789abcdef:read,0123456789abcdef:write"), nil, `TOCK_TOKENS (env): item 2: the same secret twice`},
 		{cmdServer, redis, []string{"--max-backlog", "-1"}, `--max-backlog "-1": want a whole number, 0 or more`},
 		{cmdServer, redis, []string{"--max-batch", "0"}, `--max-batch "0": want a whole number from 1 to 1000000`},
@@ -237,7 +237,7 @@ func TestLoadConfig_SecretsStayHidden(t *testing.T) {
 	require.NotContains(t, err.Error(), "hunter2")
 	file := writeConfig(t, "redis: r:1\ntokens: [hunter2hunter2hunter2:root]\n")
 	_, err = load(cmdServer, map[string]string{"TOCK_CONFIG": file})
-	require.EqualError(t, err, file+` line 2: tokens: scope "root": want read or write`)
+	require.EqualError(t, err, file+` line 2: tokens: scope "root": want read, write or worker`)
 	// --help shows no value from the environment (tock snapshot's own flags once took
 	// TOCK_REDIS_PASSWORD as their default, which --help printed).
 	env := map[string]string{"TOCK_REDIS_PASSWORD": "hunter2", "TOCK_TOKENS": "hunter2hunter2hunter2:write"}

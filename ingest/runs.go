@@ -1,0 +1,598 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// The run endpoints: workers in any language claim runs over HTTP, heartbeat them and
+// report how they ended, with the same lease tokens as the Go worker SDK
+// (docs/executors.md).
+
+// Limits of the run endpoints.
+const (
+	// MaxClaimRuns bounds ClaimRequest.Max.
+	MaxClaimRuns = shard.MaxClaim
+	// MaxClaimWait bounds ClaimRequest.Wait.
+	MaxClaimWait = time.Minute
+	// MaxClaimQueues bounds ClaimRequest.Queues, and MaxClaimTypes its Types.
+	MaxClaimQueues = 64
+	MaxClaimTypes  = 256
+	// MaxHeartbeatRuns bounds the runs of one heartbeat.
+	MaxHeartbeatRuns = 1000
+	// DefaultMaxResult is the default of Config.MaxResult.
+	DefaultMaxResult = 64 << 10
+	// maxRunDelay bounds a snooze's delay and a failure's retry_after.
+	maxRunDelay = 366 * 24 * time.Hour
+	// maxToken bounds a token as sent.
+	maxToken = 256
+	// maxWorkerName bounds ClaimRequest.Worker.
+	maxWorkerName = 128
+)
+
+// How a claim that found nothing waits: a ready signal of one of its queues wakes it
+// (the shard it names is claimed at once), and every pullSweep it claims from every
+// shard again, as pub/sub may drop a message. A source that stopped at a run fired ahead
+// of its start time is tried again every pullAhead.
+const (
+	pullSweep = time.Second
+	pullAhead = 20 * time.Millisecond
+	// pullPerSource is the least a claim asks of a source when it has the room (a claim
+	// call costs Redis about as much as a few runs: worker/claim.go).
+	pullPerSource = 64
+)
+
+// pullState is the server's state for the run endpoints.
+type pullState struct {
+	rot     atomic.Uint64          // rotates the first source of claims, so that no shard starves
+	waiting atomic.Pointer[func()] // tests: called when a claim starts to wait
+}
+
+// source is a queue of a shard.
+type pullSource struct {
+	queue string
+	shard shard.ID
+}
+
+// claimRuns serves POST /v1/runs:claim.
+func (s *Server) claimRuns(ctx *fasthttp.RequestCtx, _ string) {
+	if !requireJSON(ctx) {
+		return
+	}
+	var req ClaimRequest
+	if aerr := decodeJSON(ctx.PostBody(), &req); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	wait, aerr := checkClaim(&req)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	runs, aerr := s.pull(ctx, &req, wait)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &ClaimReply{Runs: runs})
+}
+
+// checkClaim validates a claim request, setting its defaults, and returns its wait.
+func checkClaim(req *ClaimRequest) (time.Duration, *apiError) {
+	if len(req.Queues) == 0 {
+		return 0, invalid("queues", "at least one queue is required")
+	}
+	if len(req.Queues) > MaxClaimQueues {
+		return 0, invalid("queues", "more than "+strconv.Itoa(MaxClaimQueues)+" queues")
+	}
+	seen := map[string]bool{}
+	for i, q := range req.Queues {
+		if err := job.ValidateID("queues["+strconv.Itoa(i)+"]", q, job.MaxQueueLen); err != nil {
+			return 0, normalizeError(err)
+		}
+		if seen[q] {
+			return 0, invalid("queues["+strconv.Itoa(i)+"]", "queue "+strconv.Quote(q)+" is listed twice")
+		}
+		seen[q] = true
+	}
+	if len(req.Types) > MaxClaimTypes {
+		return 0, invalid("types", "more than "+strconv.Itoa(MaxClaimTypes)+" types")
+	}
+	for i, t := range req.Types {
+		if t == "" || len(t) > job.MaxTypeLen {
+			return 0, invalid("types["+strconv.Itoa(i)+"]", "must be 1 to "+strconv.Itoa(job.MaxTypeLen)+" bytes")
+		}
+	}
+	switch {
+	case req.Max == 0:
+		req.Max = 1
+	case req.Max < 0 || req.Max > MaxClaimRuns:
+		return 0, invalid("max", "must be 1 to "+strconv.Itoa(MaxClaimRuns)+", got "+strconv.Itoa(req.Max))
+	}
+	if err := job.ValidateID("worker", req.Worker, maxWorkerName); err != nil {
+		return 0, normalizeError(err)
+	}
+	wait, aerr := parseDuration("wait", req.Wait)
+	if aerr != nil {
+		return 0, aerr
+	}
+	if wait < 0 || wait > MaxClaimWait {
+		return 0, invalid("wait", "must be 0 to "+MaxClaimWait.String()+", got "+strconv.Quote(req.Wait))
+	}
+	return wait, nil
+}
+
+// pull claims up to req.Max runs that start now, waiting up to wait for some when none
+// is ready. Runs of a type not in req.Types are handed back at once.
+func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Duration) ([]ClaimedRun, *apiError) {
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	nonce := hex.EncodeToString(nb[:])
+	shards := s.store.Shards()
+	all := make([]pullSource, 0, len(req.Queues)*shards)
+	first := int(s.runsPull.rot.Add(1) % uint64(shards))
+	for _, q := range req.Queues {
+		for i := range shards {
+			all = append(all, pullSource{q, shard.ID((first + i) % shards)})
+		}
+	}
+	types := map[string]bool{}
+	for _, t := range req.Types {
+		types[t] = true
+	}
+	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}, out: []ClaimedRun{}}
+
+	// A first pass over every source.
+	if aerr := p.pass(ctx, all); aerr != nil || len(p.out) > 0 || wait == 0 {
+		return p.out, aerr
+	}
+
+	// Nothing yet: wait for ready signals, then claim the shards they name.
+	deadline := time.Now().Add(wait)
+	sig := make(chan shard.ID, 256)
+	dropped := atomic.Bool{} // a signal did not fit in sig: sweep
+	subscribed := make(chan struct{}, 1)
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	chans := make([]string, len(req.Queues))
+	for i, q := range req.Queues {
+		chans[i] = s.store.Keys().ReadyChannel(q)
+	}
+	go func() {
+		defer close(done)
+		hctx := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) {
+			select {
+			case subscribed <- struct{}{}:
+			default:
+			}
+		})
+		for sctx.Err() == nil {
+			err := s.store.Subscribe(hctx, chans, func(_, msg string) {
+				if id, _, ok := shard.ParseReady(msg, shards); ok {
+					select {
+					case sig <- id:
+					default:
+						dropped.Store(true)
+					}
+				}
+			})
+			if err == nil || sctx.Err() != nil {
+				return
+			}
+			select { // the connection failed: the sweeps go on meanwhile
+			case <-sctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+
+	if f := s.runsPull.waiting.Load(); f != nil {
+		(*f)()
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	sweep := time.NewTicker(pullSweep)
+	defer sweep.Stop()
+	var aheadC <-chan time.Time
+	for {
+		if len(p.ahead) > 0 && aheadC == nil {
+			aheadC = time.After(pullAhead)
+		}
+		var todo []pullSource
+		select {
+		case <-ctx.Done():
+			return p.out, nil
+		case <-s.quit:
+			return p.out, nil
+		case <-timer.C:
+			return p.out, nil
+		case <-subscribed:
+			// Runs made ready before the subscription took effect sent no signal it saw.
+			todo = all
+		case <-sweep.C:
+			todo = all
+		case id := <-sig:
+			if dropped.Swap(false) {
+				todo = all
+				break
+			}
+			for _, q := range req.Queues {
+				todo = append(todo, pullSource{q, id})
+			}
+		case <-aheadC:
+			aheadC = nil
+			todo, p.ahead = p.ahead, nil
+		}
+		if aerr := p.pass(ctx, todo); aerr != nil || len(p.out) > 0 {
+			return p.out, aerr
+		}
+	}
+}
+
+// puller is the state of one claim request.
+type puller struct {
+	s     *Server
+	req   *ClaimRequest
+	nonce string
+	types map[string]bool
+	skip  map[pullSource]bool // sources whose runs of other types were handed back
+	ahead []pullSource        // sources that stopped at a run fired ahead of its start
+	out   []ClaimedRun
+}
+
+// pass claims from srcs what is left of req.Max, in rounds of one pipeline each: a
+// round asks its sources for shares of what is left (never more in all), and the
+// sources that gave all they were asked for are asked again in the next round.
+func (p *puller) pass(ctx *fasthttp.RequestCtx, srcs []pullSource) *apiError {
+	p.ahead = p.ahead[:0]
+	todo := make([]pullSource, 0, len(srcs))
+	for _, src := range srcs {
+		if !p.skip[src] {
+			todo = append(todo, src)
+		}
+	}
+	for len(todo) > 0 {
+		left := p.req.Max - len(p.out)
+		if left <= 0 {
+			return nil
+		}
+		n := min(max(left/pullPerSource, 1), len(todo), 64)
+		round := todo[:n]
+		todo = todo[n:]
+		reqs := make([]shard.ClaimRequest, len(round))
+		for i, src := range round {
+			share := left / n
+			if i < left%n {
+				share++
+			}
+			reqs[i] = shard.ClaimRequest{Shard: src.shard, Queue: src.queue, N: share, NoAhead: true}
+		}
+		rc, cancel := p.s.rctx(ctx)
+		res := p.s.store.ClaimMany(rc, reqs, p.req.Worker, p.nonce)
+		cancel()
+		var again []pullSource
+		var back map[shard.ID][]shard.Finish
+		for i, r := range res {
+			if r.Err != nil {
+				// The runs claimed so far are kept: they are returned; this source is not.
+				if len(p.out) > 0 || i > 0 {
+					p.s.logError(ctx, "claim runs", r.Err, "shard", int(reqs[i].Shard), "queue", reqs[i].Queue)
+					continue
+				}
+				p.s.handBack(ctx, back)
+				return p.s.storeAPIError(ctx, "claim", r.Err)
+			}
+			for _, c := range r.Runs {
+				if len(p.types) > 0 && !p.types[c.Type] {
+					if back == nil {
+						back = map[shard.ID][]shard.Finish{}
+					}
+					back[c.Shard] = append(back[c.Shard], shard.Finish{Member: c.Member, Token: c.Token, Outcome: shard.HandBack})
+					p.skip[round[i]] = true
+					continue
+				}
+				p.out = append(p.out, wireClaimed(&c, reqs[i].Queue))
+			}
+			switch {
+			case p.skip[round[i]]:
+			case r.More && len(r.Runs) >= reqs[i].N:
+				again = append(again, round[i])
+			case r.More:
+				p.ahead = append(p.ahead, round[i])
+			}
+		}
+		p.s.handBack(ctx, back)
+		todo = append(again, todo...)
+	}
+	return nil
+}
+
+// handBack makes runs of other types ready again without using an attempt.
+func (s *Server) handBack(ctx *fasthttp.RequestCtx, back map[shard.ID][]shard.Finish) {
+	if len(back) == 0 {
+		return
+	}
+	rc, cancel := s.rctx(ctx)
+	defer cancel()
+	for id, r := range s.store.FinishMany(rc, back) {
+		if r.Err != nil {
+			s.logError(ctx, "hand back runs of other types", r.Err, "shard", int(id))
+		}
+	}
+}
+
+func wireClaimed(c *shard.Claimed, queue string) ClaimedRun {
+	p, b64 := encodePayload(c.Payload)
+	return ClaimedRun{
+		Run: c.Member, JobID: c.JobID, Queue: queue, Type: c.Type, Payload: p, PayloadBase64: b64,
+		Attempt: c.Attempt, MaxAttempts: c.MaxAttempts, Due: c.Due.UTC(),
+		Deadline: c.ClaimedAt.Add(c.Visibility).UTC(), Timeout: durString(c.Timeout),
+		Visibility: durString(c.Visibility), Token: c.Token,
+	}
+}
+
+// heartbeatRuns serves POST /v1/runs:heartbeat.
+func (s *Server) heartbeatRuns(ctx *fasthttp.RequestCtx, _ string) {
+	if !requireJSON(ctx) {
+		return
+	}
+	var req HeartbeatRequest
+	if aerr := decodeJSON(ctx.PostBody(), &req); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	switch {
+	case len(req.Runs) == 0:
+		writeError(ctx, invalid("runs", "at least one run is required"))
+		return
+	case len(req.Runs) > MaxHeartbeatRuns:
+		writeError(ctx, invalid("runs", "more than "+strconv.Itoa(MaxHeartbeatRuns)+" runs"))
+		return
+	}
+	byShard := map[shard.ID][]int{}
+	var order []shard.ID
+	for i, h := range req.Runs {
+		field := "runs[" + strconv.Itoa(i) + "]"
+		if aerr := validRunField(field+".run", h.Run); aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+		if aerr := validToken(field+".token", h.Token); aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+		jobID, _, _ := shard.SplitMember(h.Run)
+		id := s.store.ShardOf(jobID)
+		if _, ok := byShard[id]; !ok {
+			order = append(order, id)
+		}
+		byShard[id] = append(byShard[id], i)
+	}
+	out := HeartbeatReply{Runs: make([]HeartbeatRun, len(req.Runs))}
+	for _, id := range order {
+		idx := byShard[id]
+		held := make([]shard.Held, len(idx))
+		for k, i := range idx {
+			held[k] = shard.Held{Member: req.Runs[i].Run, Token: req.Runs[i].Token}
+		}
+		rc, cancel := s.rctx(ctx)
+		codes, err := s.store.Extend(rc, id, held)
+		cancel()
+		if err != nil {
+			s.storeError(ctx, "heartbeat", err)
+			return
+		}
+		for k, i := range idx {
+			st := HeartbeatLost
+			switch codes[k] {
+			case shard.ExtendOK, shard.ExtendHold:
+				// Hold concerns runs claimed ahead of their start, which this API never
+				// hands out: the run is extended.
+				st = HeartbeatExtended
+			case shard.ExtendCancelled:
+				st = HeartbeatCancelled
+			}
+			out.Runs[i] = HeartbeatRun{Run: req.Runs[i].Run, State: st}
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &out)
+}
+
+// validRunField checks a run id sent in a body.
+func validRunField(field, run string) *apiError {
+	if aerr := validRun(run); aerr != nil {
+		aerr.field = field
+		return aerr
+	}
+	return nil
+}
+
+func validToken(field, tok string) *apiError {
+	switch {
+	case tok == "":
+		return invalid(field, "the run's token is required")
+	case len(tok) > maxToken:
+		return invalid(field, "longer than "+strconv.Itoa(maxToken)+" bytes")
+	}
+	return nil
+}
+
+// ackRun serves POST /v1/runs/{run}:ack.
+func (s *Server) ackRun(ctx *fasthttp.RequestCtx, run string) {
+	var req AckRequest
+	if !s.decodeRunBody(ctx, &req) {
+		return
+	}
+	if aerr := validToken("token", req.Token); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	res, aerr := decodeResult(req.Result, req.ResultBase64 != "", req.ResultBase64, s.cfg.MaxResult)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	s.finishRun(ctx, run, shard.Finish{Token: req.Token, Outcome: shard.Succeeded, Result: res})
+}
+
+// failRun serves POST /v1/runs/{run}:fail.
+func (s *Server) failRun(ctx *fasthttp.RequestCtx, run string) {
+	var req FailRequest
+	if !s.decodeRunBody(ctx, &req) {
+		return
+	}
+	if aerr := validToken("token", req.Token); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	d, aerr := runDelay("retry_after", req.RetryAfter)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	msg := req.Error
+	if msg == "" {
+		msg = "failed by the worker"
+	}
+	s.finishRun(ctx, run, shard.Finish{Token: req.Token, Outcome: shard.Failed, Error: msg, Delay: d})
+}
+
+// snoozeRun serves POST /v1/runs/{run}:snooze.
+func (s *Server) snoozeRun(ctx *fasthttp.RequestCtx, run string) {
+	var req SnoozeRequest
+	if !s.decodeRunBody(ctx, &req) {
+		return
+	}
+	if aerr := validToken("token", req.Token); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	if req.Delay == "" {
+		writeError(ctx, invalid("delay", "a delay is required (such as \"30s\")"))
+		return
+	}
+	d, aerr := runDelay("delay", req.Delay)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	s.finishRun(ctx, run, shard.Finish{Token: req.Token, Outcome: shard.Snoozed, Delay: d})
+}
+
+// cancelRun serves POST /v1/runs/{run}:cancel.
+func (s *Server) cancelRun(ctx *fasthttp.RequestCtx, run string) {
+	var req CancelRunRequest
+	if !s.decodeRunBody(ctx, &req) {
+		return
+	}
+	if aerr := validToken("token", req.Token); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	msg := req.Error
+	if msg == "" {
+		msg = "cancelled by the worker"
+	}
+	s.finishRun(ctx, run, shard.Finish{Token: req.Token, Outcome: shard.Cancelled, Error: msg})
+}
+
+func (s *Server) decodeRunBody(ctx *fasthttp.RequestCtx, v any) bool {
+	if !requireJSON(ctx) {
+		return false
+	}
+	if aerr := decodeJSON(ctx.PostBody(), v); aerr != nil {
+		writeError(ctx, aerr)
+		return false
+	}
+	return true
+}
+
+func runDelay(field, v string) (time.Duration, *apiError) {
+	d, aerr := parseDuration(field, v)
+	if aerr != nil {
+		return 0, aerr
+	}
+	if d < 0 || d > maxRunDelay {
+		return 0, invalid(field, "must be 0 to "+maxRunDelay.String()+", got "+strconv.Quote(v))
+	}
+	return d, nil
+}
+
+// decodeResult returns the result bytes of raw (a JSON value) or b64 (base64), at most
+// one of which may be set; nil when neither is.
+func decodeResult(raw json.RawMessage, hasB64 bool, b64 string, maxResult int) ([]byte, *apiError) {
+	if string(raw) == "null" {
+		raw = nil
+	}
+	if len(raw) > 0 && hasB64 {
+		return nil, invalid("result", "only one of result and result_base64 may be set")
+	}
+	var p []byte
+	if hasB64 {
+		if n := len(b64) / 4 * 3; n > maxResult+3 {
+			return nil, tooLarge("result_base64", n, maxResult)
+		}
+		var err error
+		if p, err = decodeBase64(b64); err != nil {
+			return nil, invalid("result_base64", "not valid base64: "+err.Error())
+		}
+		if p == nil {
+			p = []byte{}
+		}
+	} else if len(raw) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return nil, invalid("result", "malformed JSON: "+err.Error())
+		}
+		p = buf.Bytes()
+	}
+	if len(p) > maxResult {
+		return nil, tooLarge("result", len(p), maxResult)
+	}
+	return p, nil
+}
+
+// finishRun reports the end of an attempt of run; dispatch has checked run.
+func (s *Server) finishRun(ctx *fasthttp.RequestCtx, run string, f shard.Finish) {
+	f.Member = run
+	jobID, _, _ := shard.SplitMember(run)
+	rc, cancel := s.rctx(ctx)
+	defer cancel()
+	errs, err := s.store.FinishRuns(rc, s.store.ShardOf(jobID), []shard.Finish{f})
+	if err == nil {
+		err = errs[0]
+	}
+	if errors.Is(err, shard.ErrTokenMismatch) {
+		// Not held with this token: an unknown run is 404, a known one 409.
+		if _, gerr := s.store.Get(rc, jobID); errors.Is(gerr, shard.ErrNotFound) {
+			writeError(ctx, &apiError{status: 404, code: CodeNotFound, msg: "run " + strconv.Quote(run) + " not found"})
+			return
+		}
+		writeError(ctx, &apiError{status: 409, code: CodeTokenMismatch, field: "token",
+			msg: "run " + strconv.Quote(run) + " is not held with this token: it was redelivered to another worker after its deadline, or it ended already"})
+		return
+	}
+	if err != nil {
+		s.storeError(ctx, "run "+strconv.Quote(run), err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &RunReply{Run: run, Outcome: string(f.Outcome)})
+}

@@ -1,0 +1,125 @@
+package ingest
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The JSON shapes of the run endpoints (POST /v1/runs:claim and friends), through which
+// workers in any language claim, heartbeat and finish runs. docs/executors.md is the
+// protocol reference.
+
+// ClaimRequest is the body of POST /v1/runs:claim.
+type ClaimRequest struct {
+	// Queues to claim from, at least one (each a queue name).
+	Queues []string `json:"queues"`
+	// Types, when not empty, are the job types the worker handles: a claimed run of
+	// another type is handed back at once, without using an attempt.
+	Types []string `json:"types,omitempty"`
+	// Max is the most runs to return, 1 to MaxClaimRuns; 0 means 1.
+	Max int `json:"max,omitempty"`
+	// Wait is how long to wait for a run when none is ready (a Go duration, at most
+	// MaxClaimWait); "" or "0s" answers at once.
+	Wait string `json:"wait,omitempty"`
+	// Worker names the worker in the runs' history.
+	Worker string `json:"worker"`
+}
+
+// ClaimedRun is one run handed to a worker by POST /v1/runs:claim. Its payload comes in
+// Payload when its bytes are valid JSON, in PayloadBase64 otherwise.
+type ClaimedRun struct {
+	Run           string          `json:"run"` // "<job id>:<due ms>": the run id, stable across attempts
+	JobID         string          `json:"job_id"`
+	Queue         string          `json:"queue"`
+	Type          string          `json:"type"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	PayloadBase64 string          `json:"payload_base64,omitempty"`
+	Attempt       int             `json:"attempt"` // 1-based
+	MaxAttempts   int             `json:"max_attempts"`
+	Due           time.Time       `json:"due"`
+	// Deadline is when the run is redelivered unless the worker finishes it or
+	// heartbeats before (its visibility deadline).
+	Deadline time.Time `json:"deadline"`
+	// Timeout is the job's timeout: the handler should give up after it.
+	Timeout string `json:"timeout"`
+	// Visibility is how far a heartbeat pushes Deadline.
+	Visibility string `json:"visibility"`
+	// Token is the lease token: every call on the run carries it.
+	Token string `json:"token"`
+}
+
+// ClaimReply is the reply of POST /v1/runs:claim; Runs is empty when none came within
+// the wait.
+type ClaimReply struct {
+	Runs []ClaimedRun `json:"runs"`
+}
+
+// HeldRun names a run a worker holds, with its token.
+type HeldRun struct {
+	Run   string `json:"run"`
+	Token string `json:"token"`
+}
+
+// HeartbeatRequest is the body of POST /v1/runs:heartbeat.
+type HeartbeatRequest struct {
+	Runs   []HeldRun `json:"runs"`
+	Worker string    `json:"worker,omitempty"`
+}
+
+// Heartbeat states of a run.
+const (
+	HeartbeatExtended  = "extended"  // the deadline was pushed by the job's visibility timeout
+	HeartbeatCancelled = "cancelled" // the job was cancelled: stop the handler and report :cancel
+	HeartbeatLost      = "lost"      // not held with this token any more: stop, do not report
+)
+
+// HeartbeatRun is the state of one run in a HeartbeatReply.
+type HeartbeatRun struct {
+	Run   string `json:"run"`
+	State string `json:"state"` // HeartbeatExtended, HeartbeatCancelled or HeartbeatLost
+}
+
+// HeartbeatReply is the reply of POST /v1/runs:heartbeat, in request order.
+type HeartbeatReply struct {
+	Runs []HeartbeatRun `json:"runs"`
+}
+
+// AckRequest is the body of POST /v1/runs/{run}:ack. Result holds any JSON value,
+// stored as its bytes; ResultBase64 holds arbitrary bytes; at most one may be set.
+type AckRequest struct {
+	Token        string          `json:"token"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultBase64 string          `json:"result_base64,omitempty"`
+}
+
+// FailRequest is the body of POST /v1/runs/{run}:fail. RetryAfter (a Go duration), when
+// set, replaces the job's backoff for this retry; the attempt is used either way.
+type FailRequest struct {
+	Token      string `json:"token"`
+	Error      string `json:"error"`
+	RetryAfter string `json:"retry_after,omitempty"`
+}
+
+// SnoozeRequest is the body of POST /v1/runs/{run}:snooze: try again after Delay (a Go
+// duration) without using an attempt.
+type SnoozeRequest struct {
+	Token string `json:"token"`
+	Delay string `json:"delay"`
+}
+
+// CancelRunRequest is the body of POST /v1/runs/{run}:cancel: the run ends cancelled
+// and is not retried.
+type CancelRunRequest struct {
+	Token string `json:"token"`
+	Error string `json:"error,omitempty"`
+}
+
+// RunReply is the reply of the run actions (:ack, :fail, :snooze, :cancel).
+type RunReply struct {
+	Run     string `json:"run"`
+	Outcome string `json:"outcome"` // "ok", "error", "snooze" or "cancel", as reported
+}
+
+// CodeTokenMismatch is the code of a 409 reply to a call on a run not held with its
+// token (redelivered to another worker after its deadline, or finished).
+const CodeTokenMismatch = "token_mismatch"
