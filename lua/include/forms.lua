@@ -6,16 +6,20 @@
 --   <form>_run_key  where its scheduled run lives
 --
 --   form    include  run while scheduled           made by
---   hash    hash     due bucket                    create_jobs (cron, NoPack), any thaw
+--   hash    hash     due bucket                    create_jobs (cron, NoPack), a thaw,
+--                                                  restore_jobs
 --   packed  packed   plain set (include plain)     create_jobs (one-time, not cold)
 --   cold    cold     in its record                 create_jobs (one-time, due after ColdAfter)
 --
--- A packed job's scheduled run is a plain run, the fourth form, of runs; plain has the
--- same entry points for runs but find (a plain run is found as its packed job is). Scripts that change a job call thaw_job first and then work
--- on its hash; readers call job_fields. Only the hot paths of packed jobs (create, fire,
--- claim, a succeeded ack) and of cold ones (create, thaw when due) call a form's own
--- entry points, to handle a batch at once. docs/architecture.md draws how a job moves
--- between the forms.
+-- A packed job's scheduled run is a plain run, the fourth form, one of runs; plain has
+-- the same entry points for runs but find and fields (a plain run is found and read as
+-- its packed job is). Scripts that change a job call thaw_job first and then work on its
+-- hash; readers call job_fields. Only the hot paths of packed jobs (create, fire, claim,
+-- a succeeded ack) and of cold ones (create, thaw when due) call a form's own helpers,
+-- to handle a batch at once. Adding a form: an include with these entry points, its row
+-- above, its calls in job_fields and thaw_job (and shard_earliest when it files runs of
+-- its own), shard/forms.go and keys.go in Go, and a row of shardtest.Forms.
+-- docs/architecture.md draws how a job moves between the forms.
 --- @include "common"
 --- @include "hash"
 --- @include "packed"
