@@ -67,7 +67,8 @@ function parse(header) {
  */
 export function verifySignature(header, body, secrets, { tolerance = DEFAULT_TOLERANCE, now } = {}) {
   const { ts, sigs } = parse(header);
-  const list = Array.isArray(secrets) ? secrets : secrets == null ? [] : [secrets];
+  // Unset secrets (an old one no longer configured) are skipped.
+  const list = (Array.isArray(secrets) ? secrets : [secrets]).filter((s) => s != null && s.length > 0);
   if (list.length === 0) throw new SignatureError('no_secret', 'no secret to verify with');
   const nowS = Math.floor(now ?? Date.now() / 1000);
   if (!(tolerance > 0)) tolerance = DEFAULT_TOLERANCE;

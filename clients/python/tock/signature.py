@@ -80,6 +80,7 @@ def verify_signature(header, body, secrets, tolerance=DEFAULT_TOLERANCE, now=Non
     ts, sigs = _parse(header)
     if isinstance(secrets, (str, bytes, bytearray)):
         secrets = [secrets]
+    secrets = [s for s in (secrets or []) if s]  # unset secrets (an old one gone) are skipped
     if not secrets:
         raise SignatureError("no_secret", "no secret to verify with")
     now = int(time.time() if now is None else now)
