@@ -164,7 +164,7 @@ class Worker:
             try:
                 runs = self.client.claim(self.queues, self.name, max=free, wait=self.wait, types=types)
                 backoff = 0.1
-            except (APIError, OSError) as e:
+            except (APIError, OSError, ValueError) as e:
                 log.warning("worker %s: claim: %s", self.name, e)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -248,7 +248,7 @@ class Worker:
                 log.info("worker %s: %s was redelivered meanwhile; report dropped", self.name, j.run)
             else:
                 log.warning("worker %s: %s %s: %s", self.name, kind, j.run, e)
-        except OSError as e:
+        except (OSError, ValueError, TypeError) as e:  # TypeError: a result that is not JSON
             log.warning("worker %s: %s %s: %s (left to its deadline)", self.name, kind, j.run, e)
 
     # -- heartbeats --------------------------------------------------------------------
@@ -267,7 +267,7 @@ class Worker:
                 continue
             try:
                 states = self.client.heartbeat([(j.run, j.token) for j in held], self.name)
-            except (APIError, OSError) as e:
+            except (APIError, OSError, ValueError) as e:
                 log.warning("worker %s: heartbeat: %s", self.name, e)
                 continue
             for j in held:
