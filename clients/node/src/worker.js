@@ -197,6 +197,13 @@ export class Worker {
         value = `no handler for type ${JSON.stringify(job.type)}`;
       } else {
         value = await fn(job);
+        if (!(value instanceof Uint8Array)) {
+          try {
+            JSON.stringify(value);
+          } catch (e) {
+            [kind, value] = ['fail', `the handler's result is not JSON: ${e.message}`];
+          }
+        }
       }
     } catch (e) {
       if (e instanceof RetryAfter) [kind, value] = ['retry', e];

@@ -78,7 +78,7 @@ function start(handlers, opts = {}) {
 test('outcomes', async () => {
   const ids = {
     a: fake.add('a', 'echo', { x: 1 }), b: fake.add('b', 'boom'), c: fake.add('c', 'later'), d: fake.add('d', 'snooze'),
-    e: fake.add('e', 'cancel'), f: fake.add('f', 'unknown'), g: fake.add('g', 'bytes'),
+    e: fake.add('e', 'cancel'), f: fake.add('f', 'unknown'), g: fake.add('g', 'bytes'), h: fake.add('h', 'odd'),
   };
   start({
     echo: async (j) => ({ echo: j.payload, attempt: j.attempt }),
@@ -87,8 +87,9 @@ test('outcomes', async () => {
     snooze: () => { throw new Snooze(3600); },
     cancel: () => { throw new Cancel('address bounced'); },
     bytes: () => Buffer.from([0, 1]),
+    odd: () => 10n,
   }, { concurrency: 3 });
-  await fake.waitFor(() => Object.keys(fake.reports()).length === 7);
+  await fake.waitFor(() => Object.keys(fake.reports()).length === 8);
   const rep = fake.reports();
   assert.deepEqual(rep[`${ids.a}:ack`], { token: '1-a', result: { echo: { x: 1 }, attempt: 1 } });
   assert.deepEqual(rep[`${ids.b}:fail`], { token: '1-b', error: 'TypeError: bad input' });
@@ -97,10 +98,11 @@ test('outcomes', async () => {
   assert.deepEqual(rep[`${ids.e}:cancel`], { token: '1-e', error: 'address bounced' });
   assert.match(rep[`${ids.f}:fail`].error, /no handler/);
   assert.deepEqual(rep[`${ids.g}:ack`], { token: '1-g', result_base64: 'AAE=' });
+  assert.match(rep[`${ids.h}:fail`].error, /not JSON/);
   const claims = fake.calls.filter(([p]) => p === '/v1/runs:claim').map(([, b]) => b);
   assert.equal(claims[0].worker, 'node-test');
   assert.equal(claims[0].wait, '200ms');
-  assert.deepEqual(claims[0].types, ['boom', 'bytes', 'cancel', 'echo', 'later', 'snooze']);
+  assert.deepEqual(claims[0].types, ['boom', 'bytes', 'cancel', 'echo', 'later', 'odd', 'snooze']);
   assert.ok(claims.every((c) => c.max >= 1 && c.max <= 3));
 });
 

@@ -50,10 +50,11 @@ class WorkerTest(unittest.TestCase):
             "e": self.fake.add("e", "cancel"),
             "f": self.fake.add("f", "unknown"),
             "g": self.fake.add("g", "bytes"),
+            "h": self.fake.add("h", "odd"),
         }
         self.start({"echo": lambda j: {"echo": j.payload, "attempt": j.attempt}, "boom": boom, "later": later,
-                    "snooze": snooze, "cancel": cancel, "bytes": lambda j: b"\x00\x01"}, concurrency=3)
-        self.fake.wait_for(lambda: len(self.fake.reports()) == 7)
+                    "snooze": snooze, "cancel": cancel, "bytes": lambda j: b"\x00\x01", "odd": lambda j: object()}, concurrency=3)
+        self.fake.wait_for(lambda: len(self.fake.reports()) == 8)
         rep = self.fake.reports()
         self.assertEqual(rep[ids["a"] + ":ack"], {"token": "1-a", "result": {"echo": {"x": 1}, "attempt": 1}})
         self.assertEqual(rep[ids["b"] + ":fail"], {"token": "1-b", "error": "ValueError: bad input"})
@@ -62,10 +63,11 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(rep[ids["e"] + ":cancel"], {"token": "1-e", "error": "address bounced"})
         self.assertIn("no handler", rep[ids["f"] + ":fail"]["error"])
         self.assertEqual(rep[ids["g"] + ":ack"], {"token": "1-g", "result_base64": "AAE="})
+        self.assertIn("not JSON", rep[ids["h"] + ":fail"]["error"])
         claims = [b for p, b in self.fake.calls if p == "/v1/runs:claim"]
         self.assertEqual(claims[0]["worker"], "py-test")
         self.assertEqual(claims[0]["wait"], "200ms")
-        self.assertEqual(claims[0]["types"], sorted(["echo", "boom", "later", "snooze", "cancel", "bytes"]))
+        self.assertEqual(claims[0]["types"], sorted(["echo", "boom", "later", "snooze", "cancel", "bytes", "odd"]))
         self.assertTrue(all(1 <= c["max"] <= 3 for c in claims))
 
     def test_heartbeat_and_cancel(self):

@@ -3,6 +3,7 @@ thread, heartbeat the runs in flight, then ack, fail, snooze or cancel them; sto
 gracefully on SIGTERM or SIGINT."""
 
 import base64
+import json
 import logging
 import os
 import random
@@ -191,6 +192,11 @@ class Worker:
                 kind, value = "fail", "no handler for type %r" % j.type
             else:
                 value = fn(j)
+                if not isinstance(value, (bytes, bytearray)):
+                    try:
+                        json.dumps(value)
+                    except (TypeError, ValueError) as e:
+                        kind, value = "fail", "the handler's result is not JSON: %s" % e
         except RetryAfter as e:
             kind, value = "retry", e
         except Snooze as e:
