@@ -1,0 +1,130 @@
+// A small client of tock's HTTP API: jobs (create, get, runs) and the run endpoints of the
+// pull protocol (claim, heartbeat, ack, fail, snooze, cancel). Uses the global fetch.
+import { formatDuration, parseDuration } from './duration.js';
+
+/** An error reply of the API: status (HTTP), code ("conflict", "token_mismatch"...), field. */
+export class APIError extends Error {
+  constructor(status, code, message, field) {
+    super(`${status} ${code}: ${message}${field ? ` (${field})` : ''}`);
+    this.name = 'APIError';
+    this.status = status;
+    this.code = code;
+    this.field = field;
+  }
+}
+
+const DURATIONS = new Set(['timeout', 'visibility', 'misfire_after']);
+
+export class Client {
+  /**
+   * @param {string} baseUrl e.g. http://127.0.0.1:8080
+   * @param {string} [token] bearer token: write scope for jobs, worker scope for runs
+   * @param {{timeout?: number, userAgent?: string}} [opts] timeout in seconds (default 30)
+   */
+  constructor(baseUrl, token, { timeout = 30, userAgent = 'tock-node/0.1' } = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '');
+    this.token = token;
+    this.timeout = timeout;
+    this.userAgent = userAgent;
+  }
+
+  async #do(method, path, body, { headers = {}, timeout = this.timeout } = {}) {
+    const h = { Accept: 'application/json', 'User-Agent': this.userAgent, ...headers };
+    if (this.token) h.Authorization = `Bearer ${this.token}`;
+    const init = { method, headers: h, signal: AbortSignal.timeout(timeout * 1000) };
+    if (body !== undefined) {
+      h['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const resp = await fetch(this.baseUrl + path, init);
+    const text = await resp.text();
+    if (!resp.ok) {
+      let err;
+      try {
+        err = JSON.parse(text).error;
+      } catch {
+        err = null;
+      }
+      if (err && typeof err === 'object') throw new APIError(resp.status, err.code ?? '', err.message ?? '', err.field);
+      throw new APIError(resp.status, `http_${resp.status}`, text.slice(0, 200));
+    }
+    return { status: resp.status, body: text ? JSON.parse(text) : null };
+  }
+
+  static #runPath(run, verb) {
+    // <job id>:<due ms>: the job id is path-escaped, the colons may stay.
+    return `/v1/runs/${encodeURIComponent(run).replace(/%3A/gi, ':')}:${verb}`;
+  }
+
+  /**
+   * Create a job; resolves to the job with `created` (whether it is new).
+   * fields: payload (any JSON value), payloadBytes (a Buffer), schedule (default
+   * {now: true}), idempotencyKey, and the API's JobRequest fields by name (id, queue,
+   * priority, retry, timeout and visibility as Go durations or seconds...).
+   */
+  async createJob(type, { payload, payloadBytes, schedule, idempotencyKey, ...fields } = {}) {
+    const body = { type, schedule: schedule ?? { now: true } };
+    if (payload !== undefined) body.payload = payload;
+    if (payloadBytes !== undefined) body.payload_base64 = Buffer.from(payloadBytes).toString('base64');
+    for (const [k, v] of Object.entries(fields)) {
+      if (v !== undefined && v !== null) body[k] = DURATIONS.has(k) ? formatDuration(v) : v;
+    }
+    const headers = idempotencyKey ? { 'Idempotency-Key': idempotencyKey } : {};
+    const { status, body: job } = await this.#do('POST', '/v1/jobs', body, { headers });
+    job.created = status === 201;
+    return job;
+  }
+
+  async getJob(id) {
+    return (await this.#do('GET', `/v1/jobs/${encodeURIComponent(id)}`)).body;
+  }
+
+  /** The job's recent runs, newest first (each with its outcome and result). */
+  async jobRuns(id) {
+    return (await this.#do('GET', `/v1/jobs/${encodeURIComponent(id)}/runs`)).body.runs;
+  }
+
+  /**
+   * Claim up to max runs of queues, waiting up to wait (seconds or a Go duration, at most
+   * 60 s) when none is ready. Resolves to the claimed runs, as the API gives them.
+   */
+  async claim(queues, worker, { max = 1, wait, types } = {}) {
+    const body = { queues: [...queues], worker, max };
+    if (wait) body.wait = formatDuration(wait);
+    if (types && types.length) body.types = [...types];
+    const w = parseDuration(body.wait) ?? 0;
+    return (await this.#do('POST', '/v1/runs:claim', body, { timeout: this.timeout + w })).body.runs;
+  }
+
+  /** Extend held runs ({run, token} objects). Resolves to {run: "extended"|"cancelled"|"lost"}. */
+  async heartbeat(runs, worker) {
+    const held = runs.map((r) => ({ run: r.run, token: r.token }));
+    const reply = (await this.#do('POST', '/v1/runs:heartbeat', { runs: held, worker })).body;
+    return Object.fromEntries(reply.runs.map((r) => [r.run, r.state]));
+  }
+
+  /** Report success; result is any JSON value, or a Buffer/Uint8Array (kept as bytes). */
+  async ack(run, token, result) {
+    const body = { token };
+    if (result instanceof Uint8Array) body.result_base64 = Buffer.from(result).toString('base64');
+    else if (result !== undefined && result !== null) body.result = result;
+    return (await this.#do('POST', Client.#runPath(run, 'ack'), body)).body;
+  }
+
+  async fail(run, token, error, { retryAfter } = {}) {
+    const body = { token };
+    if (error) body.error = String(error);
+    if (retryAfter !== undefined && retryAfter !== null) body.retry_after = formatDuration(retryAfter);
+    return (await this.#do('POST', Client.#runPath(run, 'fail'), body)).body;
+  }
+
+  async snooze(run, token, delay) {
+    return (await this.#do('POST', Client.#runPath(run, 'snooze'), { token, delay: formatDuration(delay) })).body;
+  }
+
+  async cancel(run, token, error) {
+    const body = { token };
+    if (error) body.error = String(error);
+    return (await this.#do('POST', Client.#runPath(run, 'cancel'), body)).body;
+  }
+}

@@ -1,0 +1,277 @@
+// A worker loop on tock's pull protocol: claim runs (long poll), run each handler, heartbeat
+// the runs in flight, then ack, fail, snooze or cancel them; stop gracefully on SIGTERM or
+// SIGINT.
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { APIError } from './client.js';
+import { parseDuration } from './duration.js';
+
+/** Throw from a handler to fail the attempt and retry after delay seconds (not the backoff). */
+export class RetryAfter extends Error {
+  constructor(delay, message = 'retry later') {
+    super(message);
+    this.name = 'RetryAfter';
+    this.delay = delay;
+  }
+}
+
+/** Throw from a handler to try again after delay seconds without using an attempt. */
+export class Snooze extends Error {
+  constructor(delay) {
+    super('snoozed');
+    this.name = 'Snooze';
+    this.delay = delay;
+  }
+}
+
+/** Throw from a handler to end the run cancelled: no retry. */
+export class Cancel extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'Cancel';
+  }
+}
+
+/**
+ * What a handler gets: the claimed run (run, jobId, queue, type, payload, attempt,
+ * maxAttempts, due, deadline, timeout and visibility in seconds, token, raw) and signal,
+ * an AbortSignal aborted when the handler should give up (job cancelled, run lost,
+ * timeout, or the worker's grace period is over).
+ */
+export class Job {
+  constructor(r) {
+    this.raw = r;
+    this.run = r.run;
+    this.jobId = r.job_id;
+    this.queue = r.queue;
+    this.type = r.type;
+    if ('payload' in r) this.payload = r.payload;
+    else if ('payload_base64' in r) this.payload = Buffer.from(r.payload_base64, 'base64');
+    else this.payload = null;
+    this.attempt = r.attempt;
+    this.maxAttempts = r.max_attempts;
+    this.due = r.due;
+    this.deadline = r.deadline;
+    this.timeout = parseDuration(r.timeout) ?? 0;
+    this.visibility = parseDuration(r.visibility) ?? 30;
+    this.token = r.token;
+    this.state = 'running'; // or cancelled, lost, timeout, reported
+    this.controller = new AbortController();
+    this.signal = this.controller.signal;
+  }
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+
+function defaultName() {
+  const host = hostname().replace(/[^A-Za-z0-9._~-]/g, '-').slice(0, 60) || 'worker';
+  return `${host}-node-${process.pid}-${randomBytes(2).toString('hex')}`;
+}
+
+/**
+ * new Worker(client, queues, {handlers: {type: async fn(job)}, concurrency, workerName,
+ * wait, grace, types, logger}).
+ *
+ * A handler resolves to the result (any JSON value, or a Buffer) that the ack keeps with
+ * the run. Throwing RetryAfter, Snooze or Cancel reports accordingly; any other error
+ * fails the attempt (retried by the job's policy).
+ *
+ * wait: the claim's long poll in seconds (at most 60); a stop is noticed when the current
+ * claim returns. grace: how long a stop lets running handlers finish; runs still running
+ * after it are left to their visibility deadline (the protocol has no hand-back).
+ */
+export class Worker {
+  constructor(client, queues, { handlers = {}, concurrency = 4, workerName, wait = 10, grace = 30, types, logger = console } = {}) {
+    this.client = client;
+    this.queues = typeof queues === 'string' ? [queues] : [...queues];
+    this.handlers = { ...handlers };
+    this.concurrency = Math.max(1, concurrency | 0);
+    this.name = workerName ?? defaultName();
+    this.wait = wait;
+    this.grace = grace;
+    this.types = types;
+    this.log = logger;
+    this.inflight = new Map(); // run id -> {job, done: Promise}
+    this.stopping = new AbortController();
+    this.slotFreed = null;
+  }
+
+  /** Register fn for jobs of type. */
+  handle(type, fn) {
+    this.handlers[type] = fn;
+    return this;
+  }
+
+  /** Ask the loop to stop: it claims no more and waits for running handlers. */
+  stop() {
+    this.stopping.abort();
+    this.#freed();
+  }
+
+  #freed() {
+    const f = this.slotFreed;
+    this.slotFreed = null;
+    f?.();
+  }
+
+  /** Work until stop() or (with signals, the default) SIGTERM/SIGINT. */
+  async run({ signals = true } = {}) {
+    const onSignal = () => this.stop();
+    if (signals) {
+      process.on('SIGTERM', onSignal);
+      process.on('SIGINT', onSignal);
+    }
+    const done = new AbortController();
+    const hb = this.#heartbeatLoop(done.signal);
+    this.log.info?.(`worker ${this.name}: claiming from ${this.queues.join(',')}`);
+    try {
+      await this.#claimLoop();
+      const all = Promise.all([...this.inflight.values()].map((f) => f.done));
+      const graceOver = new AbortController();
+      const t = setTimeout(() => graceOver.abort(), this.grace * 1000);
+      await Promise.race([all, new Promise((r) => graceOver.signal.addEventListener('abort', r, { once: true }))]);
+      clearTimeout(t);
+      for (const { job } of this.inflight.values()) {
+        this.log.warn?.(`worker ${this.name}: ${job.run} still running after the grace period; left to its deadline`);
+        job.state = 'abandoned';
+        job.controller.abort(new Error('worker stopped'));
+      }
+    } finally {
+      done.abort();
+      await hb;
+      if (signals) {
+        process.off('SIGTERM', onSignal);
+        process.off('SIGINT', onSignal);
+      }
+    }
+    this.log.info?.(`worker ${this.name}: stopped`);
+  }
+
+  async #claimLoop() {
+    let backoff = 100;
+    const types = this.types ?? Object.keys(this.handlers).sort();
+    while (!this.stopping.signal.aborted) {
+      while (this.inflight.size >= this.concurrency && !this.stopping.signal.aborted) {
+        await new Promise((r) => (this.slotFreed = r));
+      }
+      if (this.stopping.signal.aborted) return;
+      let runs;
+      try {
+        runs = await this.client.claim(this.queues, this.name, { max: this.concurrency - this.inflight.size, wait: this.wait, types });
+        backoff = 100;
+      } catch (e) {
+        this.log.warn?.(`worker ${this.name}: claim: ${e.message}`);
+        await sleep(backoff, this.stopping.signal);
+        backoff = Math.min(backoff * 2, 5000);
+        continue;
+      }
+      // Claimed runs are ours even when a stop came meanwhile: run them.
+      for (const r of runs) {
+        const job = new Job(r);
+        const entry = { job, done: null };
+        this.inflight.set(job.run, entry);
+        entry.done = this.#work(job).finally(() => {
+          this.inflight.delete(job.run);
+          this.#freed();
+        });
+      }
+    }
+  }
+
+  async #work(job) {
+    let kind = 'ack';
+    let value;
+    const fn = this.handlers[job.type];
+    let timer;
+    if (job.timeout > 0) timer = setTimeout(() => this.#timedOut(job), job.timeout * 1000);
+    try {
+      if (!fn) {
+        kind = 'fail';
+        value = `no handler for type ${JSON.stringify(job.type)}`;
+      } else {
+        value = await fn(job);
+        if (!(value instanceof Uint8Array)) {
+          try {
+            JSON.stringify(value);
+          } catch (e) {
+            [kind, value] = ['fail', `the handler's result is not JSON: ${e.message}`];
+          }
+        }
+      }
+    } catch (e) {
+      if (e instanceof RetryAfter) [kind, value] = ['retry', e];
+      else if (e instanceof Snooze) [kind, value] = ['snooze', e.delay];
+      else if (e instanceof Cancel) [kind, value] = ['cancel', e.message];
+      else [kind, value] = ['fail', `${e?.name ?? 'Error'}: ${e?.message ?? e}`];
+    } finally {
+      clearTimeout(timer);
+    }
+    await this.#report(job, kind, value);
+  }
+
+  async #timedOut(job) {
+    if (job.state !== 'running') return;
+    job.state = 'timeout';
+    job.controller.abort(new Error('timeout'));
+    try {
+      await this.client.fail(job.run, job.token, `timeout: the handler ran longer than ${job.timeout}s`);
+    } catch (e) {
+      this.log.warn?.(`worker ${this.name}: fail ${job.run} after its timeout: ${e.message}`);
+    }
+  }
+
+  async #report(job, kind, value) {
+    const state = job.state;
+    if (state === 'running') job.state = 'reported';
+    if (state === 'lost' || state === 'timeout') return; // lost: another worker has it
+    if (state === 'cancelled') [kind, value] = ['cancel', 'job cancelled'];
+    try {
+      switch (kind) {
+        case 'ack': await this.client.ack(job.run, job.token, value); break;
+        case 'retry': await this.client.fail(job.run, job.token, value.message, { retryAfter: value.delay }); break;
+        case 'fail': await this.client.fail(job.run, job.token, value); break;
+        case 'snooze': await this.client.snooze(job.run, job.token, value); break;
+        default: await this.client.cancel(job.run, job.token, value || undefined);
+      }
+    } catch (e) {
+      if (e instanceof APIError && e.status === 409) {
+        this.log.info?.(`worker ${this.name}: ${job.run} was redelivered meanwhile; report dropped`);
+      } else {
+        this.log.warn?.(`worker ${this.name}: ${kind} ${job.run}: ${e.message}`);
+      }
+    }
+  }
+
+  async #heartbeatLoop(done) {
+    while (!done.aborted) {
+      const held = () => [...this.inflight.values()].map((e) => e.job).filter((j) => j.state === 'running');
+      const vis = held().map((j) => j.visibility);
+      const period = Math.min(Math.max((vis.length ? Math.min(...vis) : 3) / 3, 0.05), 10);
+      await sleep(period * 1000, done);
+      if (done.aborted) return;
+      const jobs = held();
+      if (jobs.length === 0) continue;
+      let states;
+      try {
+        states = await this.client.heartbeat(jobs, this.name);
+      } catch (e) {
+        this.log.warn?.(`worker ${this.name}: heartbeat: ${e.message}`);
+        continue;
+      }
+      for (const j of jobs) {
+        const st = states[j.run];
+        if ((st === 'cancelled' || st === 'lost') && j.state === 'running') {
+          j.state = st;
+          j.controller.abort(new Error(`run ${st}`));
+        }
+      }
+    }
+  }
+}

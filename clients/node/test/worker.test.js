@@ -1,0 +1,162 @@
+import { test, beforeEach, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { APIError, Cancel, Client, RetryAfter, Snooze, Worker } from '../src/index.js';
+
+const TOKEN = 'worker-secret-0123';
+const quiet = { info() {}, warn() {} };
+
+// fakeTock stands in for tock's run endpoints.
+async function fakeTock() {
+  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), waiters: [] };
+  const changed = () => f.waiters.splice(0).forEach((w) => w());
+  f.server = createServer((req, res) => {
+    let data = '';
+    req.on('data', (c) => (data += c));
+    req.on('end', async () => {
+      const reply = (status, obj) => {
+        res.writeHead(status, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify(obj));
+      };
+      if (req.headers.authorization !== `Bearer ${TOKEN}`) return reply(401, { error: { code: 'unauthenticated', message: 'no' } });
+      const body = JSON.parse(data || 'null');
+      f.calls.push([req.url, body]);
+      changed();
+      if (req.url === '/v1/runs:claim') {
+        if (f.ready.length === 0) await new Promise((r) => setTimeout(r, 100));
+        return reply(200, { runs: f.ready.splice(0, body.max) });
+      }
+      if (req.url === '/v1/runs:heartbeat') {
+        return reply(200, { runs: body.runs.map((r) => ({ run: r.run, state: f.hb[r.run] ?? 'extended' })) });
+      }
+      const path = decodeURIComponent(req.url.slice('/v1/runs/'.length));
+      const i = path.lastIndexOf(':');
+      if (f.conflict.has(path.slice(0, i))) return reply(409, { error: { code: 'token_mismatch', message: 'not held' } });
+      reply(200, { run: path.slice(0, i), outcome: path.slice(i + 1) });
+    });
+  });
+  await new Promise((r) => f.server.listen(0, '127.0.0.1', r));
+  f.url = `http://127.0.0.1:${f.server.address().port}`;
+  f.add = (id, type, payload, { visibility = '30s', timeout = '30m0s' } = {}) => {
+    const r = { run: `${id}:1764000000000`, job_id: id, queue: 'q', type, attempt: 1, max_attempts: 3,
+      due: '2025-11-24T16:00:00Z', deadline: '2025-11-24T16:00:30Z', timeout, visibility, token: `1-${id}` };
+    if (payload !== undefined) r.payload = payload;
+    f.ready.push(r);
+    return r.run;
+  };
+  f.reports = () => Object.fromEntries(f.calls.filter(([p]) => p.startsWith('/v1/runs/')).map(([p, b]) => [decodeURIComponent(p.slice(9)), b]));
+  f.waitFor = async (cond, ms = 10000) => {
+    const end = Date.now() + ms;
+    while (!cond()) {
+      if (Date.now() > end) throw new Error(`condition not met; calls: ${JSON.stringify(f.calls)}`);
+      await new Promise((r) => { f.waiters.push(r); setTimeout(r, 20); });
+    }
+  };
+  return f;
+}
+
+let fake;
+let stops;
+beforeEach(async () => {
+  fake = await fakeTock();
+  stops = [];
+});
+afterEach(async () => {
+  for (const s of stops) await s();
+  fake.server.closeAllConnections?.();
+  await new Promise((r) => fake.server.close(r));
+});
+
+function start(handlers, opts = {}) {
+  const w = new Worker(new Client(fake.url, TOKEN, { timeout: 5 }), ['q'], { handlers, workerName: 'node-test', wait: 0.2, grace: 2, logger: quiet, ...opts });
+  const running = w.run({ signals: false });
+  const stop = async () => { w.stop(); await running; };
+  stops.push(stop);
+  return { w, stop };
+}
+
+test('outcomes', async () => {
+  const ids = {
+    a: fake.add('a', 'echo', { x: 1 }), b: fake.add('b', 'boom'), c: fake.add('c', 'later'), d: fake.add('d', 'snooze'),
+    e: fake.add('e', 'cancel'), f: fake.add('f', 'unknown'), g: fake.add('g', 'bytes'), h: fake.add('h', 'odd'),
+  };
+  start({
+    echo: async (j) => ({ echo: j.payload, attempt: j.attempt }),
+    boom: () => { throw new TypeError('bad input'); },
+    later: () => { throw new RetryAfter(90, 'rate limited'); },
+    snooze: () => { throw new Snooze(3600); },
+    cancel: () => { throw new Cancel('address bounced'); },
+    bytes: () => Buffer.from([0, 1]),
+    odd: () => 10n,
+  }, { concurrency: 3 });
+  await fake.waitFor(() => Object.keys(fake.reports()).length === 8);
+  const rep = fake.reports();
+  assert.deepEqual(rep[`${ids.a}:ack`], { token: '1-a', result: { echo: { x: 1 }, attempt: 1 } });
+  assert.deepEqual(rep[`${ids.b}:fail`], { token: '1-b', error: 'TypeError: bad input' });
+  assert.deepEqual(rep[`${ids.c}:fail`], { token: '1-c', error: 'rate limited', retry_after: '90s' });
+  assert.deepEqual(rep[`${ids.d}:snooze`], { token: '1-d', delay: '3600s' });
+  assert.deepEqual(rep[`${ids.e}:cancel`], { token: '1-e', error: 'address bounced' });
+  assert.match(rep[`${ids.f}:fail`].error, /no handler/);
+  assert.deepEqual(rep[`${ids.g}:ack`], { token: '1-g', result_base64: 'AAE=' });
+  assert.match(rep[`${ids.h}:fail`].error, /not JSON/);
+  const claims = fake.calls.filter(([p]) => p === '/v1/runs:claim').map(([, b]) => b);
+  assert.equal(claims[0].worker, 'node-test');
+  assert.equal(claims[0].wait, '200ms');
+  assert.deepEqual(claims[0].types, ['boom', 'bytes', 'cancel', 'echo', 'later', 'odd', 'snooze']);
+  assert.ok(claims.every((c) => c.max >= 1 && c.max <= 3));
+});
+
+test('heartbeats, then a cancelled job ends cancelled', async () => {
+  let release;
+  const released = new Promise((r) => (release = r));
+  let aborted = false;
+  const run = fake.add('slow', 'slow', undefined, { visibility: '300ms' });
+  start({ slow: async (j) => { await new Promise((r) => j.signal.addEventListener('abort', r)); aborted = true; await released; return 'done'; } });
+  await fake.waitFor(() => fake.calls.filter(([p]) => p === '/v1/runs:heartbeat').length >= 2);
+  assert.deepEqual(fake.calls.find(([p]) => p === '/v1/runs:heartbeat')[1], { runs: [{ run, token: '1-slow' }], worker: 'node-test' });
+  fake.hb[run] = 'cancelled';
+  await fake.waitFor(() => aborted);
+  release();
+  await fake.waitFor(() => `${run}:cancel` in fake.reports());
+});
+
+test('a lost run is not reported', async () => {
+  const run = fake.add('lost', 'slow', undefined, { visibility: '300ms' });
+  fake.hb[run] = 'lost';
+  const { w, stop } = start({ slow: (j) => new Promise((r) => j.signal.addEventListener('abort', r)) });
+  await fake.waitFor(() => fake.calls.some(([p]) => p === '/v1/runs:heartbeat'));
+  await fake.waitFor(() => w.inflight.size === 0);
+  await stop();
+  assert.deepEqual(fake.reports(), {});
+});
+
+test('a handler past its timeout fails the run', async () => {
+  const run = fake.add('t', 'slow', undefined, { timeout: '200ms' });
+  start({ slow: (j) => new Promise((r) => j.signal.addEventListener('abort', r)) });
+  await fake.waitFor(() => `${run}:fail` in fake.reports());
+  assert.match(fake.reports()[`${run}:fail`].error, /timeout/);
+});
+
+test('stop lets running handlers finish', async () => {
+  let started;
+  const isStarted = new Promise((r) => (started = r));
+  const run = fake.add('s', 'slow');
+  const { w, stop } = start({ slow: async () => { started(); await new Promise((r) => setTimeout(r, 300)); return 1; } }, { grace: 10 });
+  await isStarted;
+  w.stop();
+  await stop();
+  assert.deepEqual(fake.reports()[`${run}:ack`], { token: '1-s', result: 1 });
+});
+
+test('a 409 report is dropped', async () => {
+  const run = fake.add('late', 'echo');
+  fake.conflict.add(run);
+  const { w } = start({ echo: () => 1 });
+  await fake.waitFor(() => `${run}:ack` in fake.reports());
+  await fake.waitFor(() => w.inflight.size === 0);
+});
+
+test('API errors', async () => {
+  const c = new Client(fake.url, 'wrong-token-000000');
+  await assert.rejects(c.claim(['q'], 'w'), (e) => e instanceof APIError && e.status === 401 && e.code === 'unauthenticated');
+});

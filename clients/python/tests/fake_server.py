@@ -1,0 +1,86 @@
+"""An in-process stand-in for tock's run endpoints, for the unit tests."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeTock:
+    def __init__(self, token="worker-secret-0123"):
+        self.token = token
+        self.lock = threading.Condition()
+        self.ready = []  # runs to hand out
+        self.calls = []  # (path, body)
+        self.heartbeat_states = {}  # run -> state to answer
+        self.conflict = set()  # runs whose reports get 409
+        fake = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(n) or b"null")
+                if self.headers.get("Authorization") != "Bearer " + fake.token:
+                    return self.reply(401, {"error": {"code": "unauthenticated", "message": "no"}})
+                with fake.lock:
+                    fake.calls.append((self.path, body))
+                    fake.lock.notify_all()
+                if self.path == "/v1/runs:claim":
+                    with fake.lock:
+                        if not fake.ready:
+                            fake.lock.wait(0.2)
+                        out, fake.ready = fake.ready[: body["max"]], fake.ready[body["max"]:]
+                    return self.reply(200, {"runs": out})
+                if self.path == "/v1/runs:heartbeat":
+                    states = [{"run": r["run"], "state": fake.heartbeat_states.get(r["run"], "extended")}
+                              for r in body["runs"]]
+                    return self.reply(200, {"runs": states})
+                run, _, verb = self.path[len("/v1/runs/"):].rpartition(":")
+                if run in fake.conflict:
+                    return self.reply(409, {"error": {"code": "token_mismatch", "message": "not held"}})
+                self.reply(200, {"run": run, "outcome": verb})
+
+            def reply(self, status, obj):
+                b = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def add(self, job_id, type, payload=None, visibility="30s", timeout="30m0s"):
+        r = {"run": job_id + ":1764000000000", "job_id": job_id, "queue": "q", "type": type, "attempt": 1,
+             "max_attempts": 3, "due": "2025-11-24T16:00:00Z", "deadline": "2025-11-24T16:00:30Z",
+             "timeout": timeout, "visibility": visibility, "token": "1-" + job_id}
+        if payload is not None:
+            r["payload"] = payload
+        with self.lock:
+            self.ready.append(r)
+            self.lock.notify_all()
+        return r["run"]
+
+    def reports(self):
+        with self.lock:
+            return {p[len("/v1/runs/"):]: b for p, b in self.calls if p.startswith("/v1/runs/")}
+
+    def wait_for(self, cond, timeout=10.0):
+        import time
+
+        end = time.monotonic() + timeout
+        with self.lock:
+            while not cond():
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("condition not met in %gs; calls: %r" % (timeout, self.calls))
+                self.lock.wait(min(left, 0.05))

@@ -1,0 +1,142 @@
+import os
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from fake_server import FakeTock  # noqa: E402
+from tock import APIError, Cancel, Client, RetryAfter, Snooze, Worker  # noqa: E402
+
+
+class WorkerTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeTock()
+        self.addCleanup(self.fake.close)
+        self.client = Client(self.fake.url, self.fake.token, timeout=5)
+
+    def start(self, handlers, **kw):
+        w = Worker(self.client, ["q"], handlers, worker_name="py-test", wait=0.2, grace=kw.pop("grace", 2), **kw)
+        t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
+        t.start()
+
+        def stop():
+            w.stop()
+            t.join(10)
+            self.assertFalse(t.is_alive(), "the worker did not stop")
+
+        self.addCleanup(stop)
+        return w, stop
+
+    def test_outcomes(self):
+        def boom(j):
+            raise ValueError("bad input")
+
+        def later(j):
+            raise RetryAfter(90, "rate limited")
+
+        def snooze(j):
+            raise Snooze(3600)
+
+        def cancel(j):
+            raise Cancel("address bounced")
+
+        ids = {
+            "a": self.fake.add("a", "echo", {"x": 1}),
+            "b": self.fake.add("b", "boom"),
+            "c": self.fake.add("c", "later"),
+            "d": self.fake.add("d", "snooze"),
+            "e": self.fake.add("e", "cancel"),
+            "f": self.fake.add("f", "unknown"),
+            "g": self.fake.add("g", "bytes"),
+            "h": self.fake.add("h", "odd"),
+        }
+        self.start({"echo": lambda j: {"echo": j.payload, "attempt": j.attempt}, "boom": boom, "later": later,
+                    "snooze": snooze, "cancel": cancel, "bytes": lambda j: b"\x00\x01", "odd": lambda j: object()}, concurrency=3)
+        self.fake.wait_for(lambda: len(self.fake.reports()) == 8)
+        rep = self.fake.reports()
+        self.assertEqual(rep[ids["a"] + ":ack"], {"token": "1-a", "result": {"echo": {"x": 1}, "attempt": 1}})
+        self.assertEqual(rep[ids["b"] + ":fail"], {"token": "1-b", "error": "ValueError: bad input"})
+        self.assertEqual(rep[ids["c"] + ":fail"], {"token": "1-c", "error": "rate limited", "retry_after": "90s"})
+        self.assertEqual(rep[ids["d"] + ":snooze"], {"token": "1-d", "delay": "3600s"})
+        self.assertEqual(rep[ids["e"] + ":cancel"], {"token": "1-e", "error": "address bounced"})
+        self.assertIn("no handler", rep[ids["f"] + ":fail"]["error"])
+        self.assertEqual(rep[ids["g"] + ":ack"], {"token": "1-g", "result_base64": "AAE="})
+        self.assertIn("not JSON", rep[ids["h"] + ":fail"]["error"])
+        claims = [b for p, b in self.fake.calls if p == "/v1/runs:claim"]
+        self.assertEqual(claims[0]["worker"], "py-test")
+        self.assertEqual(claims[0]["wait"], "200ms")
+        self.assertEqual(claims[0]["types"], sorted(["echo", "boom", "later", "snooze", "cancel", "bytes", "odd"]))
+        self.assertTrue(all(1 <= c["max"] <= 3 for c in claims))
+
+    def test_heartbeat_and_cancel(self):
+        release = threading.Event()
+        seen = []
+
+        def slow(j):
+            seen.append(j.stop.wait(10))
+            release.wait(10)
+            return "done"
+
+        run = self.fake.add("slow", "slow", visibility="300ms")
+        self.start({"slow": slow})
+        self.fake.wait_for(lambda: sum(p == "/v1/runs:heartbeat" for p, _ in self.fake.calls) >= 2)
+        hb = [b for p, b in self.fake.calls if p == "/v1/runs:heartbeat"][0]
+        self.assertEqual(hb, {"runs": [{"run": run, "token": "1-slow"}], "worker": "py-test"})
+        # The job is cancelled: the handler is told to stop, and the run ends cancelled.
+        self.fake.heartbeat_states[run] = "cancelled"
+        self.fake.wait_for(lambda: bool(seen))
+        self.assertEqual(seen, [True])
+        release.set()
+        self.fake.wait_for(lambda: run + ":cancel" in self.fake.reports())
+
+    def test_lost_runs_are_not_reported(self):
+        release = threading.Event()
+        run = self.fake.add("lost", "slow", visibility="300ms")
+        self.fake.heartbeat_states[run] = "lost"
+        w, stop = self.start({"slow": lambda j: (j.stop.wait(10), release.wait(10))})
+        self.fake.wait_for(lambda: any(p == "/v1/runs:heartbeat" for p, _ in self.fake.calls))
+        release.set()
+        self.fake.wait_for(lambda: w.inflight == 0)
+        stop()
+        self.assertEqual(self.fake.reports(), {})
+
+    def test_timeout_fails_the_run(self):
+        run = self.fake.add("t", "slow", timeout="200ms")
+        self.start({"slow": lambda j: j.stop.wait(10)})
+        self.fake.wait_for(lambda: run + ":fail" in self.fake.reports())
+        self.assertIn("timeout", self.fake.reports()[run + ":fail"]["error"])
+
+    def test_stop_lets_running_handlers_finish(self):
+        started, release = threading.Event(), threading.Event()
+
+        def slow(j):
+            started.set()
+            release.wait(10)
+            return 1
+
+        run = self.fake.add("s", "slow")
+        w, stop = self.start({"slow": slow}, grace=10)
+        self.assertTrue(started.wait(10))
+        w.stop()
+        threading.Timer(0.3, release.set).start()
+        stop()
+        self.assertEqual(self.fake.reports()[run + ":ack"], {"token": "1-s", "result": 1})
+
+    def test_conflict_is_dropped(self):
+        run = self.fake.add("late", "echo")
+        self.fake.conflict.add(run)
+        w, _ = self.start({"echo": lambda j: 1})
+        self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
+        self.fake.wait_for(lambda: w.inflight == 0)
+
+    def test_api_error(self):
+        c = Client(self.fake.url, "wrong-token-000000")
+        with self.assertRaises(APIError) as cm:
+            c.claim(["q"], "w")
+        self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthenticated"))
+
+
+if __name__ == "__main__":
+    unittest.main()

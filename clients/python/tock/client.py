@@ -1,0 +1,143 @@
+"""A small client of tock's HTTP API: jobs (create, get, runs) and the run endpoints of
+the pull protocol (claim, heartbeat, ack, fail, snooze, cancel). Standard library only."""
+
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from ._duration import format_duration, parse_duration
+
+_MISSING = object()
+
+
+class APIError(Exception):
+    """An error reply of the API: status (HTTP), code ("conflict", "token_mismatch"...),
+    message and field (the request field at fault, when one is)."""
+
+    def __init__(self, status, code, message, field=None):
+        super().__init__("%s %s: %s%s" % (status, code, message, " (%s)" % field if field else ""))
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+class Client:
+    """Client(base_url, token): token is a bearer token (write scope to create and read
+    jobs, worker scope for the run endpoints), or None without authentication."""
+
+    def __init__(self, base_url, token=None, timeout=30.0, user_agent="tock-python/0.1"):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.user_agent = user_agent
+
+    # -- transport ---------------------------------------------------------------------
+
+    def _do(self, method, path, body=None, headers=None, timeout=None):
+        data = None
+        h = {"Accept": "application/json", "User-Agent": self.user_agent}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        req = urllib.request.Request(self.base_url + path, data=data, headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                err = json.loads(raw)["error"]
+                raise APIError(e.code, err.get("code", ""), err.get("message", ""), err.get("field")) from None
+            except (ValueError, KeyError, TypeError):
+                raise APIError(e.code, "http_%d" % e.code, raw.decode("utf-8", "replace")[:200]) from None
+        return status, (json.loads(raw) if raw else None)
+
+    @staticmethod
+    def _run_path(run, verb):
+        # <job id>:<due ms>: the job id is path-escaped, the colons may stay.
+        return "/v1/runs/" + urllib.parse.quote(run, safe=":") + ":" + verb
+
+    # -- jobs --------------------------------------------------------------------------
+
+    def create_job(self, type, payload=_MISSING, *, schedule=None, idempotency_key=None, payload_bytes=None, **fields):
+        """Create a job; returns the job (a dict) with "created" set to whether it is new.
+
+        schedule: a dict with one of at, delay, now, cron (default {"now": True}). Other
+        fields of the API's JobRequest go by name: id, queue, priority, retry (a dict),
+        timeout and visibility (Go durations, or seconds), overlap, misfire...
+        payload is any JSON value; payload_bytes arbitrary bytes.
+        """
+        body = {"type": type, "schedule": schedule if schedule is not None else {"now": True}}
+        if payload is not _MISSING:
+            body["payload"] = payload
+        if payload_bytes is not None:
+            body["payload_base64"] = base64.b64encode(payload_bytes).decode("ascii")
+        for k, v in fields.items():
+            if v is None:
+                continue
+            body[k] = format_duration(v) if k in ("timeout", "visibility", "misfire_after") else v
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        status, job = self._do("POST", "/v1/jobs", body, headers)
+        job["created"] = status == 201
+        return job
+
+    def get_job(self, job_id):
+        return self._do("GET", "/v1/jobs/" + urllib.parse.quote(job_id, safe=""))[1]
+
+    def job_runs(self, job_id):
+        """The job's recent runs, newest first (each with its outcome and result)."""
+        return self._do("GET", "/v1/jobs/" + urllib.parse.quote(job_id, safe="") + "/runs")[1]["runs"]
+
+    # -- runs (the pull protocol) ------------------------------------------------------
+
+    def claim(self, queues, worker, max=1, wait=None, types=None):
+        """Claim up to max runs of queues, waiting up to wait (seconds or a Go duration, at
+        most 60 s) when none is ready. Returns a list of runs (dicts, as in the API)."""
+        body = {"queues": list(queues), "worker": worker, "max": max}
+        if wait:
+            body["wait"] = format_duration(wait)
+        if types:
+            body["types"] = list(types)
+        w = parse_duration(body.get("wait")) or 0
+        return self._do("POST", "/v1/runs:claim", body, timeout=self.timeout + w)[1]["runs"]
+
+    def heartbeat(self, runs, worker):
+        """Extend held runs: runs is a list of (run, token) pairs or of claimed runs.
+        Returns {run: state} with state "extended", "cancelled" or "lost"."""
+        held = []
+        for r in runs:
+            if isinstance(r, dict):
+                held.append({"run": r["run"], "token": r["token"]})
+            else:
+                held.append({"run": r[0], "token": r[1]})
+        reply = self._do("POST", "/v1/runs:heartbeat", {"runs": held, "worker": worker})[1]
+        return {r["run"]: r["state"] for r in reply["runs"]}
+
+    def ack(self, run, token, result=_MISSING, result_bytes=None):
+        body = {"token": token}
+        if result is not _MISSING and result is not None:
+            body["result"] = result
+        if result_bytes is not None:
+            body["result_base64"] = base64.b64encode(result_bytes).decode("ascii")
+        return self._do("POST", self._run_path(run, "ack"), body)[1]
+
+    def fail(self, run, token, error=None, retry_after=None):
+        body = {"token": token}
+        if error:
+            body["error"] = str(error)
+        if retry_after is not None:
+            body["retry_after"] = format_duration(retry_after)
+        return self._do("POST", self._run_path(run, "fail"), body)[1]
+
+    def snooze(self, run, token, delay):
+        return self._do("POST", self._run_path(run, "snooze"), {"token": token, "delay": format_duration(delay)})[1]
+
+    def cancel(self, run, token, error=None):
+        body = {"token": token}
+        if error:
+            body["error"] = str(error)
+        return self._do("POST", self._run_path(run, "cancel"), body)[1]
