@@ -143,6 +143,13 @@ func (c *Client) Cancel(ctx context.Context, id string) (state job.State, change
 	return c.store.Cancel(ctx, id)
 }
 
+// Delete removes a job and every run of it now, whatever its state: unlike Cancel, nothing
+// is kept for the retention period. Running handlers' contexts are cancelled, and their
+// reports are refused. shard.ErrNotFound when there is no such job.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.store.Delete(ctx, id)
+}
+
 // Pause stops a job from starting runs until Resume. changed is false when it was
 // paused already.
 func (c *Client) Pause(ctx context.Context, id string) (state job.State, changed bool, err error) {

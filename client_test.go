@@ -45,3 +45,24 @@ func TestClient_CreateTwiceWithTheSamePointer(t *testing.T) {
 		require.Equal(t, before, *j)
 	})
 }
+
+// Delete removes the job at once, where Cancel keeps it for the retention period.
+func TestClient_DeleteRemovesTheJob(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, shard.Config{})
+		ctx := ctxT(t)
+		for _, id := range []string{"gone", "kept"} {
+			_, err := tb.client.Create(ctx, &job.Job{ID: id, Type: "t", Schedule: job.Schedule{Delay: time.Hour}})
+			require.NoError(t, err)
+		}
+		require.NoError(t, tb.client.Delete(ctx, "gone"))
+		_, err := tb.client.Get(ctx, "gone")
+		require.ErrorIs(t, err, shard.ErrNotFound)
+		require.ErrorIs(t, tb.client.Delete(ctx, "gone"), shard.ErrNotFound)
+		_, _, err = tb.client.Cancel(ctx, "kept")
+		require.NoError(t, err)
+		info, err := tb.client.Get(ctx, "kept")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCancelled, info.State)
+	})
+}
