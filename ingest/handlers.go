@@ -103,6 +103,9 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
 		return
 	}
 	j, aerr := decodeCreate(ctx.PostBody(), key, s.maxPayload)
+	if aerr == nil {
+		aerr = s.checkEgress(j)
+	}
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -191,6 +194,9 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 			}
 			var j *job.Job
 			if j, it.err = decodeJob(&it.req, s.maxPayload); it.err == nil {
+				it.err = s.checkEgress(j)
+			}
+			if it.err == nil {
 				jobs = append(jobs, j)
 				idx = append(idx, i)
 				continue
@@ -570,4 +576,16 @@ func (s *Server) queueAction(ctx *fasthttp.RequestCtx, q, state string, op func(
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: q, State: state, Changed: changed})
+}
+
+// checkEgress refuses a job whose target the egress policy does not allow (400 naming
+// target.url and why).
+func (s *Server) checkEgress(j *job.Job) *apiError {
+	if j.Target == nil {
+		return nil
+	}
+	if err := s.egress.CheckURL(j.Target.URL); err != nil {
+		return invalid("target.url", err.Error())
+	}
+	return nil
 }
