@@ -260,7 +260,8 @@ type Job struct {
 	// ID identifies the job and is its idempotency key: creating a job whose id exists
 	// returns the existing job. Empty means generate one. 1 to 128 of [A-Za-z0-9._~-].
 	ID string `json:"id,omitempty"`
-	// Queue is what workers subscribe to. Default "default". 1 to 64 of [A-Za-z0-9._~-].
+	// Queue is what workers subscribe to. Default "default", and DefaultPushQueue for a
+	// job with a Target. 1 to 64 of [A-Za-z0-9._~-].
 	Queue string `json:"queue,omitempty"`
 	// Type names the handler inside the worker. Required unless Target is set, 1 to 128
 	// bytes of text (see ValidateText). PushType is reserved for jobs with a Target.
@@ -309,6 +310,9 @@ func (j *Job) Normalize(maxPayload int) error {
 	}
 	if j.Queue == "" {
 		j.Queue = DefaultQueue
+		if j.Target != nil {
+			j.Queue = DefaultPushQueue
+		}
 	}
 	if j.Priority == nil {
 		p := DefaultPriority

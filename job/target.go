@@ -14,6 +14,11 @@ import (
 // job without one. The push executor claims runs of PushType from its queues.
 const PushType = "@push"
 
+// DefaultPushQueue is the queue of a job with a target that names none: the push
+// executor's default queue. Keep push jobs out of the queues that SDK or HTTP workers
+// serve: a worker without a handler for PushType fails their runs.
+const DefaultPushQueue = "push"
+
 // Limits and defaults of a target.
 const (
 	MaxTargetURLLen      = 2048

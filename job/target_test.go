@@ -16,6 +16,7 @@ func TestTarget_Normalize(t *testing.T) {
 	j := base(&Target{URL: "https://example.com/hook", Headers: map[string]string{"x-api-key": "k"}})
 	require.NoError(t, j.Normalize(0))
 	require.Equal(t, PushType, j.Type)
+	require.Equal(t, DefaultPushQueue, j.Queue)
 	require.Equal(t, "POST", j.Target.Method)
 	require.Equal(t, DefaultTargetTimeout, j.Target.Timeout)
 	require.Equal(t, map[string]string{"X-Api-Key": "k"}, j.Target.Headers)

@@ -66,7 +66,7 @@ func TestTarget_StoredInEveryForm(t *testing.T) {
 			require.True(t, res[0].Conflict, tc.name)
 		}
 		// A claimed packed run carries the push type.
-		runs, err := packed.Claim(ctx, 0, job.DefaultQueue, 10, "w", "n")
+		runs, err := packed.Claim(ctx, 0, job.DefaultPushQueue, 10, "w", "n")
 		require.NoError(t, err)
 		require.Len(t, runs, 1)
 		require.Equal(t, job.PushType, runs[0].Type)
