@@ -31,8 +31,8 @@ type BreakerConfig struct {
 	// Cooldown: how long a breaker stays open before a probe. Default 30s.
 	Cooldown time.Duration
 	// ProbeTimeout: how long a probe may be out before another goes (its executor may
-	// have died). Default: a minute more than the target's longest timeout (1h), so 61m
-	// would be safe; 2m by default, as most targets answer quickly.
+	// have died without reporting it). Default 2m; a target whose timeout is longer may
+	// see a second probe while the first still runs.
 	ProbeTimeout time.Duration
 }
 
@@ -100,8 +100,13 @@ type Breakers struct {
 	metrics Metrics
 }
 
-func newBreakers(s *shard.Store, c BreakerConfig, m Metrics) *Breakers {
-	return &Breakers{store: s, policy: c.policy(), metrics: m}
+// NewBreakers returns the breakers of store's namespace under c (defaults applied) and
+// reports to m (nil: none). Every Breakers of a namespace sees the same states.
+func NewBreakers(store *shard.Store, c BreakerConfig, m Metrics) *Breakers {
+	if m == nil {
+		m = noMetrics{}
+	}
+	return &Breakers{store: store, policy: c.withDefaults().policy(), metrics: m}
 }
 
 // Decision is the answer of Allow.

@@ -165,7 +165,7 @@ func New(cfg Config) (*Executor, error) {
 	}
 	e := &Executor{cfg: cfg, store: cfg.Store, hosts: map[string]chan struct{}{},
 		log: cfg.Logger.With("component", "executor")}
-	e.breakers = newBreakers(cfg.Store, cfg.Breaker, cfg.Metrics)
+	e.breakers = NewBreakers(cfg.Store, cfg.Breaker, cfg.Metrics)
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:                 nil, // no proxy from the environment: egress is checked here
