@@ -134,7 +134,14 @@ func TestExecutor_Delivers(t *testing.T) {
 		require.ErrorIs(t, worker.VerifySignature(sig, []byte("x"), []string{secretNew}, 0, now), worker.ErrSignatureMismatch)
 		require.ErrorIs(t, worker.VerifySignature(sig, h.body, []string{secretNew}, time.Minute, now.Add(time.Hour)), worker.ErrSignatureExpired)
 
-		r := tb.waitRun(t, "ok", job.OutcomeSucceeded)
+		tb.waitRun(t, "ok", job.OutcomeSucceeded)
+		// Store.Runs reads a job's history and its results in several reads: a read
+		// while the job leaves its packed form may miss the result, so read until it shows.
+		var r job.Run
+		require.Eventually(t, func() bool {
+			r = tb.waitRun(t, "ok", job.OutcomeSucceeded)
+			return r.Result != nil
+		}, 5*time.Second, 5*time.Millisecond)
 		require.Equal(t, `{"id":"m-77"}       `, string(r.Result), "the body, cut at MaxResult")
 	})
 }
