@@ -589,3 +589,22 @@ func (s *Server) checkEgress(j *job.Job) *apiError {
 	}
 	return nil
 }
+
+// listBreakers serves GET /v1/breakers: the push executor's circuit breakers, shared
+// through Redis.
+func (s *Server) listBreakers(ctx *fasthttp.RequestCtx, _ string) {
+	rc, cancel := s.rctx(ctx)
+	bs, err := s.store.Breakers(rc, 0)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "breakers", err)
+		return
+	}
+	out := BreakerList{Breakers: make([]Breaker, len(bs))}
+	for i, b := range bs {
+		out.Breakers[i] = Breaker{Host: b.Host, State: b.State, Failures: b.Failures, Attempts: b.Attempts,
+			WindowFailures: b.WindowFails, OpenedAt: timePtr(b.OpenedAt), ChangedAt: timePtr(b.ChangedAt),
+			Transitions: b.Transitions}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &out)
+}

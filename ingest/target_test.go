@@ -1,14 +1,17 @@
 package ingest_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/egress"
 	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
 )
 
 func TestServer_CreateTarget(t *testing.T) {
@@ -67,4 +70,25 @@ func TestServer_CreateTargetAllowed(t *testing.T) {
 	require.Equal(t, 201, r.status, "body: %s", r.body)
 	tb.do("POST", "/v1/jobs", []byte(`{"target":{"url":"https://example.com/"},"schedule":{"now":true}}`)).
 		requireError(t, 400, ingest.CodeInvalid, "target.url")
+}
+
+func TestServer_Breakers(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, ingest.Config{})
+	var list ingest.BreakerList
+	r := tb.doJSON("GET", "/v1/breakers", nil, &list)
+	require.Equal(t, 200, r.status, "body: %s", r.body)
+	require.Empty(t, list.Breakers)
+	ctx := context.Background()
+	p := shard.BreakerPolicy{Failures: 1, Window: time.Minute, Cooldown: time.Hour, ProbeTimeout: time.Minute}
+	_, err := tb.store.BreakerStep(ctx, "hooks.example.com:443", "fail", false, p)
+	require.NoError(t, err)
+	r = tb.doJSON("GET", "/v1/breakers", nil, &list)
+	require.Equal(t, 200, r.status, "body: %s", r.body)
+	require.Len(t, list.Breakers, 1)
+	b := list.Breakers[0]
+	require.Equal(t, "hooks.example.com:443", b.Host)
+	require.Equal(t, "open", b.State)
+	require.NotNil(t, b.OpenedAt)
+	require.EqualValues(t, 1, b.Transitions)
 }

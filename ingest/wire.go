@@ -176,6 +176,26 @@ type QueueList struct {
 	Queues []Queue `json:"queues"`
 }
 
+// Breaker is the circuit breaker of one push target host in GET /v1/breakers: State is
+// closed, open or half_open. Failures is the run of consecutive failures, Attempts and
+// WindowFailures the current ratio window's counts (closed breakers).
+type Breaker struct {
+	Host           string     `json:"host"`
+	State          string     `json:"state"`
+	Failures       int        `json:"failures"`
+	Attempts       int        `json:"attempts"`
+	WindowFailures int        `json:"window_failures"`
+	OpenedAt       *time.Time `json:"opened_at,omitempty"`
+	ChangedAt      *time.Time `json:"changed_at,omitempty"`
+	Transitions    int64      `json:"transitions"`
+}
+
+// BreakerList is the reply of GET /v1/breakers: the hosts that failed a delivery in
+// the last week, the most recent first.
+type BreakerList struct {
+	Breakers []Breaker `json:"breakers"`
+}
+
 // StateReply is the reply of the job actions (:pause, :resume, :delete, DELETE), the dead
 // runs' actions and the queue actions. After :delete, State is "deleted".
 type StateReply struct {
