@@ -16,8 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tockhq/tock/dispatcher"
-	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/executor"
+	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/egress"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
