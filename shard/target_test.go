@@ -65,6 +65,23 @@ func TestTarget_StoredInEveryForm(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, res[0].Conflict, tc.name)
 		}
+		// A snapshot's read and restore keep it (each form is read as a hash).
+		for _, tc := range []struct {
+			s  *shard.Store
+			id string
+		}{{hashes, "tg-Hash"}, {packed, "tg-Packed"}, {cold, "tg-Cold"}} {
+			recs, err := tc.s.ReadJobs(ctx, 0, []string{tc.id})
+			require.NoError(t, err)
+			require.Len(t, recs, 1)
+			fresh := open(t, b, shard.Config{Shards: 1})
+			_, err = fresh.RestoreJobs(ctx, 0, recs)
+			require.NoError(t, err)
+			info, err := fresh.Get(ctx, tc.id)
+			require.NoError(t, err)
+			require.Equal(t, "https://hooks.example.com/a?b=c", info.Target.URL, tc.id)
+			require.Equal(t, job.PushType, info.Type)
+		}
+
 		// A claimed packed run carries the push type.
 		runs, err := packed.Claim(ctx, 0, job.DefaultPushQueue, 10, "w", "n")
 		require.NoError(t, err)
