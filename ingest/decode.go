@@ -247,6 +247,12 @@ func decodeJob(r *JobRequest, maxPayload int) (*job.Job, *apiError) {
 		j.Retry = rp
 	}
 	var err *apiError
+	if r.Target != nil {
+		j.Target = &job.Target{URL: r.Target.URL, Method: r.Target.Method, Headers: r.Target.Headers}
+		if j.Target.Timeout, err = parseDuration("target.timeout", r.Target.Timeout); err != nil {
+			return nil, err
+		}
+	}
 	if j.Timeout, err = parseDuration("timeout", r.Timeout); err != nil {
 		return nil, err
 	}
@@ -461,6 +467,7 @@ func encodeJob(j *job.Job) JobRequest {
 		Overlap: string(j.Overlap), Misfire: string(j.Misfire),
 	}
 	r.Payload, r.PayloadBase64 = encodePayload(j.Payload)
+	r.Target = wireTarget(j.Target)
 	r.Schedule = encodeSchedule(j.Schedule)
 	if j.Retry != (job.RetryPolicy{}) {
 		r.Retry = encodeRetry(j.Retry, true)
@@ -592,6 +599,7 @@ func wireJob(j *job.Job) Job {
 		Visibility: j.Visibility.String(),
 	}
 	w.Payload, w.PayloadBase64 = encodePayload(j.Payload)
+	w.Target = wireTarget(j.Target)
 	s := j.Schedule
 	if !s.At.IsZero() {
 		s.At = s.At.UTC()
@@ -652,4 +660,16 @@ func wireDead(d *shard.DeadRun) DeadRun {
 		Run: d.Member, JobID: d.JobID, Queue: d.Queue, Type: d.Type, Due: d.Due.UTC(),
 		DiedAt: d.DiedAt.UTC(), Attempts: d.Attempts, Error: d.Error, Shard: int(d.Shard),
 	}
+}
+
+// wireTarget converts a target to its wire form (nil for none).
+func wireTarget(t *job.Target) *Target {
+	if t == nil {
+		return nil
+	}
+	w := &Target{URL: t.URL, Method: t.Method, Headers: t.Headers}
+	if t.Timeout != 0 {
+		w.Timeout = t.Timeout.String()
+	}
+	return w
 }

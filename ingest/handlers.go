@@ -103,6 +103,9 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx, _ string) {
 		return
 	}
 	j, aerr := decodeCreate(ctx.PostBody(), key, s.maxPayload)
+	if aerr == nil {
+		aerr = s.checkEgress(j)
+	}
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -191,6 +194,9 @@ func (s *Server) createBatch(ctx *fasthttp.RequestCtx, _ string) {
 			}
 			var j *job.Job
 			if j, it.err = decodeJob(&it.req, s.maxPayload); it.err == nil {
+				it.err = s.checkEgress(j)
+			}
+			if it.err == nil {
 				jobs = append(jobs, j)
 				idx = append(idx, i)
 				continue
@@ -570,4 +576,35 @@ func (s *Server) queueAction(ctx *fasthttp.RequestCtx, q, state string, op func(
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: q, State: state, Changed: changed})
+}
+
+// checkEgress refuses a job whose target the egress policy does not allow (400 naming
+// target.url and why).
+func (s *Server) checkEgress(j *job.Job) *apiError {
+	if j.Target == nil {
+		return nil
+	}
+	if err := s.egress.CheckURL(j.Target.URL); err != nil {
+		return invalid("target.url", err.Error())
+	}
+	return nil
+}
+
+// listBreakers serves GET /v1/breakers: the push executor's circuit breakers, shared
+// through Redis.
+func (s *Server) listBreakers(ctx *fasthttp.RequestCtx, _ string) {
+	rc, cancel := s.rctx(ctx)
+	bs, err := s.store.Breakers(rc, 0)
+	cancel()
+	if err != nil {
+		s.storeError(ctx, "breakers", err)
+		return
+	}
+	out := BreakerList{Breakers: make([]Breaker, len(bs))}
+	for i, b := range bs {
+		out.Breakers[i] = Breaker{Host: b.Host, State: b.State, Failures: b.Failures, Attempts: b.Attempts,
+			WindowFailures: b.WindowFails, OpenedAt: timePtr(b.OpenedAt), ChangedAt: timePtr(b.ChangedAt),
+			Transitions: b.Transitions}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &out)
 }

@@ -54,6 +54,7 @@ const (
 	rRunFail
 	rRunSnooze
 	rRunCancel
+	rBreakers
 	numRoutes
 )
 
@@ -89,6 +90,8 @@ var patterns = [numRoutes]string{
 	rRunFail:       "/v1/runs/{run}:fail",
 	rRunSnooze:     "/v1/runs/{run}:snooze",
 	rRunCancel:     "/v1/runs/{run}:cancel",
+
+	rBreakers: "/v1/breakers",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -133,6 +136,8 @@ func match(path string) (r int, p string, bad bool) {
 		return rJobsBulk, "", false
 	case "/v1/dead:bulk":
 		return rDeadBulk, "", false
+	case "/v1/breakers":
+		return rBreakers, "", false
 	case "/v1/runs:claim":
 		return rRunsClaim, "", false
 	case "/v1/runs:heartbeat":
@@ -308,6 +313,7 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rFigures, "GET", read, s.figures)
 	add(rJobsBulk, "POST", write, s.bulkJobs)
 	add(rDeadBulk, "POST", write, s.bulkDead)
+	add(rBreakers, "GET", read, s.listBreakers)
 	add(rRunsClaim, "POST", work, s.claimRuns)
 	add(rRunsHeartbeat, "POST", work, s.heartbeatRuns)
 	add(rRunAck, "POST", work, s.ackRun)

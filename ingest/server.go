@@ -19,6 +19,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tockhq/tock/internal/egress"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
@@ -108,6 +109,11 @@ type Config struct {
 	Metrics Metrics
 	// Logger receives errors. Nil discards.
 	Logger *slog.Logger
+	// Egress is checked against the target of every job created through the API (a
+	// target it refuses fails the create with 400 naming target.url). Nil means the
+	// default policy: public addresses only (egress.Parse(nil)). The push executor
+	// checks again when it dials.
+	Egress *egress.Policy
 }
 
 func (c Config) withDefaults() Config {
@@ -193,6 +199,7 @@ type Server struct {
 	store      *shard.Store
 	log        *slog.Logger
 	maxPayload int
+	egress     *egress.Policy
 	tokens     []tokenSum
 	routes     [numRoutes][]endpoint
 	mounts     []mount // Mount: set before serving, read-only after
@@ -236,6 +243,7 @@ func New(cfg Config) (*Server, error) {
 		store:      cfg.Store,
 		log:        cfg.Logger.With("component", "ingest"),
 		maxPayload: cfg.Store.Config().MaxPayload,
+		egress:     cfg.Egress,
 		now:        time.Now,
 		quit:       make(chan struct{}),
 		errLog:     logLimiter{every: logEvery},
@@ -244,6 +252,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, tokenSum{sum: sha256.Sum256([]byte(t.Secret)), scope: t.Scope})
+	}
+	if s.egress == nil {
+		s.egress, _ = egress.Parse(nil)
 	}
 	s.routes = s.buildRoutes()
 	s.srv = &fasthttp.Server{

@@ -26,13 +26,24 @@ type Retry struct {
 	Jitter         *float64 `json:"jitter,omitempty"` // 0 to 1; a negative value means none
 }
 
+// Target is a push job's HTTP target: its runs are delivered by the push executor as
+// requests to URL with the payload as the body. Method defaults to POST, Timeout (a Go
+// duration, 100ms to 1h) to 30s.
+type Target struct {
+	URL     string            `json:"url"`
+	Method  string            `json:"method,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Timeout string            `json:"timeout,omitempty"`
+}
+
 // JobRequest is the body of POST /v1/jobs and one item of POST /v1/jobs:batch. Payload
 // holds any JSON value, stored as its bytes; PayloadBase64 holds arbitrary bytes. At most
 // one of them may be set.
 type JobRequest struct {
 	ID            string          `json:"id,omitempty"`
 	Queue         string          `json:"queue,omitempty"`
-	Type          string          `json:"type"`
+	Type          string          `json:"type,omitempty"`
+	Target        *Target         `json:"target,omitempty"` // instead of Type: a push job
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	PayloadBase64 string          `json:"payload_base64,omitempty"`
 	Schedule      Schedule        `json:"schedule"`
@@ -59,7 +70,8 @@ type JobPatch struct {
 type Job struct {
 	ID            string          `json:"id"`
 	Queue         string          `json:"queue"`
-	Type          string          `json:"type"`
+	Type          string          `json:"type"` // "@push" for a job with a target
+	Target        *Target         `json:"target,omitempty"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	PayloadBase64 string          `json:"payload_base64,omitempty"`
 	Schedule      Schedule        `json:"schedule"`
@@ -162,6 +174,26 @@ type Queue struct {
 // QueueList is the reply of GET /v1/queues.
 type QueueList struct {
 	Queues []Queue `json:"queues"`
+}
+
+// Breaker is the circuit breaker of one push target host in GET /v1/breakers: State is
+// closed, open or half_open. Failures is the run of consecutive failures, Attempts and
+// WindowFailures the current ratio window's counts (closed breakers).
+type Breaker struct {
+	Host           string     `json:"host"`
+	State          string     `json:"state"`
+	Failures       int        `json:"failures"`
+	Attempts       int        `json:"attempts"`
+	WindowFailures int        `json:"window_failures"`
+	OpenedAt       *time.Time `json:"opened_at,omitempty"`
+	ChangedAt      *time.Time `json:"changed_at,omitempty"`
+	Transitions    int64      `json:"transitions"`
+}
+
+// BreakerList is the reply of GET /v1/breakers: the hosts that failed a delivery in
+// the last week, the most recent first.
+type BreakerList struct {
+	Breakers []Breaker `json:"breakers"`
 }
 
 // StateReply is the reply of the job actions (:pause, :resume, :delete, DELETE), the dead

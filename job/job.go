@@ -260,11 +260,15 @@ type Job struct {
 	// ID identifies the job and is its idempotency key: creating a job whose id exists
 	// returns the existing job. Empty means generate one. 1 to 128 of [A-Za-z0-9._~-].
 	ID string `json:"id,omitempty"`
-	// Queue is what workers subscribe to. Default "default". 1 to 64 of [A-Za-z0-9._~-].
+	// Queue is what workers subscribe to. Default "default", and DefaultPushQueue for a
+	// job with a Target. 1 to 64 of [A-Za-z0-9._~-].
 	Queue string `json:"queue,omitempty"`
-	// Type names the handler inside the worker. Required, 1 to 128 bytes of text (see
-	// ValidateText).
+	// Type names the handler inside the worker. Required unless Target is set, 1 to 128
+	// bytes of text (see ValidateText). PushType is reserved for jobs with a Target.
 	Type string `json:"type"`
+	// Target, when set, makes the job a push job: tock's executor delivers its runs as
+	// HTTP requests to it, and Type is PushType.
+	Target *Target `json:"target,omitempty"`
 	// Payload is handed to the handler unchanged (opaque bytes, may be empty).
 	Payload []byte `json:"payload,omitempty"`
 	// Schedule says when the job fires.
@@ -306,6 +310,9 @@ func (j *Job) Normalize(maxPayload int) error {
 	}
 	if j.Queue == "" {
 		j.Queue = DefaultQueue
+		if j.Target != nil {
+			j.Queue = DefaultPushQueue
+		}
 	}
 	if j.Priority == nil {
 		p := DefaultPriority
@@ -333,8 +340,19 @@ func (j *Job) Normalize(maxPayload int) error {
 	if err := ValidateID("queue", j.Queue, MaxQueueLen); err != nil {
 		return err
 	}
+	if j.Target != nil {
+		if j.Type != "" && j.Type != PushType {
+			return fieldErr("type", "only one of type and target may be set")
+		}
+		j.Type = PushType
+		if err := j.Target.normalize(); err != nil {
+			return err
+		}
+	} else if j.Type == PushType {
+		return fieldErr("type", "%q is reserved for jobs with a target", PushType)
+	}
 	if j.Type == "" {
-		return fieldErr("type", "is required")
+		return fieldErr("type", "is required (or a target)")
 	}
 	if len(j.Type) > MaxTypeLen {
 		return fieldErr("type", "longer than %d bytes", MaxTypeLen)

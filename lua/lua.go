@@ -248,6 +248,7 @@ type Scripts struct {
 	ReadJobs        *Script
 	RestoreJobs     *Script
 	InitNamespace   *Script
+	BreakerStep     *Script
 }
 
 // Load builds every script. It fails only if an embedded script is malformed.
@@ -275,6 +276,7 @@ func Load() (*Scripts, error) {
 		"read_jobs":        &s.ReadJobs,
 		"restore_jobs":     &s.RestoreJobs,
 		"init_namespace":   &s.InitNamespace,
+		"breaker_step":     &s.BreakerStep,
 	} {
 		src, err := Source(name)
 		if err != nil {

@@ -73,6 +73,9 @@ func encode(j *job.Job) (*encodedJob, error) {
 		"to", strconv.FormatInt(j.Timeout.Milliseconds(), 10),
 		"vt", strconv.FormatInt(j.Visibility.Milliseconds(), 10),
 	}
+	if j.Target != nil {
+		all = append(all, "tg", encodeTarget(j.Target))
+	}
 	switch {
 	case sch.IsRecurring():
 		c, err := job.ParseCron(sch.Cron, sch.TimeZone)
@@ -371,6 +374,9 @@ func decodeInfo(jobID string, m map[string]string) *Info {
 	}
 	if info.Retry.Jitter == 0 {
 		info.Retry.Jitter = -1 // "none", as RetryPolicy spells it
+	}
+	if tg := m["tg"]; tg != "" {
+		info.Target = decodeTarget(tg)
 	}
 	if m["sk"] == "cron" {
 		info.Schedule = job.Schedule{Cron: m["sc"], TimeZone: m["tz"]}
@@ -748,4 +754,27 @@ func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err e
 		return "", fmt.Errorf("trigger job %q: %w", jobID, replErr)
 	}
 	return str(reply[2]), nil
+}
+
+// storedTarget is a job's target as its field 'tg' holds it: compact JSON with short
+// names (the timeout in ms). Lua never reads it; the packed and cold forms keep it as
+// any other definition field.
+type storedTarget struct {
+	URL     string            `json:"u"`
+	Method  string            `json:"m,omitempty"`
+	Headers map[string]string `json:"h,omitempty"`
+	Timeout int64             `json:"t,omitempty"`
+}
+
+func encodeTarget(t *job.Target) string {
+	b, _ := json.Marshal(storedTarget{URL: t.URL, Method: t.Method, Headers: t.Headers, Timeout: t.Timeout.Milliseconds()})
+	return string(b)
+}
+
+// decodeTarget reads a field 'tg'; a damaged one gives a target with an empty URL,
+// which the executor fails.
+func decodeTarget(v string) *job.Target {
+	var st storedTarget
+	_ = json.Unmarshal([]byte(v), &st)
+	return &job.Target{URL: st.URL, Method: st.Method, Headers: st.Headers, Timeout: time.Duration(st.Timeout) * time.Millisecond}
 }

@@ -210,3 +210,11 @@ func (k *Keys) Workers() string { return k.global() + "workers" }
 // Session holds a dashboard session: "<scope>|<csrf token>", keyed by the SHA-256 (hex)
 // of the session's cookie, with the session's TTL (sessions.go). // STRING
 func (k *Keys) Session(sum string) string { return k.global() + "session:" + sum }
+
+// Breaker is the circuit breaker of push target host (host:port), shared by every
+// executor (lua/breaker_step.lua). Global: a single-key script, its own slot. // HASH
+func (k *Keys) Breaker(host string) string { return k.global() + "breaker:" + host }
+
+// Breakers lists the hosts whose breakers have counted a failure; score = ms of the
+// last report (breakers.go). // ZSET
+func (k *Keys) Breakers() string { return k.global() + "breakers" }

@@ -16,7 +16,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tockhq/tock/dispatcher"
+	"github.com/tockhq/tock/executor"
 	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/egress"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
@@ -34,8 +36,9 @@ const (
 	cmdSnapshotRestore
 	cmdSnapshotVerify
 	cmdSnapshotLs
+	cmdExecutor
 
-	cmdRoles    = cmdServer | cmdIngest | cmdDispatcher // the commands that run a role
+	cmdRoles    = cmdServer | cmdIngest | cmdDispatcher | cmdExecutor // the commands that run a role
 	cmdSnapshot = cmdSnapshotExport | cmdSnapshotRestore | cmdSnapshotVerify | cmdSnapshotLs
 	cmdRedis    = cmdRoles | cmdInit | cmdSnapshotExport | cmdSnapshotRestore // the commands that connect to Redis
 	cmdAll      = cmdRoles | cmdInit | cmdSnapshot
@@ -56,6 +59,10 @@ var commandInfo = []struct {
 	{cmdDispatcher, "dispatcher", "Run a dispatcher only (the dispatcher role of tock server): the live " +
 		"dispatchers of a namespace share its shards and fire their due runs. SIGINT or SIGTERM " +
 		"hands its shards back, stops snapshots, then closes the Redis client."},
+	{cmdExecutor, "executor", "Run the push executor only (the push role of tock server): it claims the " +
+		"runs of jobs with a target from --push-queue and delivers them as signed HTTP requests " +
+		"(docs/executors.md, Push). SIGINT or SIGTERM stops claiming, lets deliveries in flight " +
+		"finish, then closes the Redis client."},
 	{cmdInit, "init", "Initialise a namespace: record its shard count and bucket width in Redis. " +
 		"Reports whether it created the namespace or found it already initialised with the same " +
 		"settings; fails, naming the setting, when the namespace was initialised with others. " +
@@ -156,6 +163,14 @@ type config struct {
 	maxBatch      int
 	durability    shard.Durability // Timeout from --durability-timeout
 	api, dispatch bool             // the roles to run
+	push          bool             // the push executor role
+	pushSecrets   []string
+	pushAllow     []string
+	pushQueues    []string
+	pushConc      int
+	pushPerHost   int
+	pushFailures  int
+	pushCooldown  time.Duration
 	name          string
 	leaseTTL      time.Duration
 	fireLead      time.Duration
@@ -362,15 +377,17 @@ var settings = []*setting{
 			return err
 		}},
 	{flag: "roles", arg: "role[,role]", def: "api,dispatcher", cmds: cmdServer, list: true,
-		help: "what tock server runs: api (or ingest), dispatcher, or both",
+		help: "what tock server runs: api (or ingest), dispatcher, push (or executor: the push executor; also run by default when --push-secret is given), or several",
 		parse: func(c *config, v string) error {
 			switch v {
 			case "api", "ingest":
 				c.api = true
 			case "dispatcher":
 				c.dispatch = true
+			case "push", "executor":
+				c.push = true
 			default:
-				return fmt.Errorf("unknown role %q: want api, dispatcher, or both", v)
+				return fmt.Errorf("unknown role %q: want api, dispatcher, push, or several", v)
 			}
 			return nil
 		}},
@@ -452,6 +469,60 @@ var settings = []*setting{
 				return c.logLevel.UnmarshalText([]byte(v))
 			}
 			return errors.New("want debug, info, warn or error")
+		}},
+	{flag: "push-secret", arg: "secret", cmds: cmdServer | cmdExecutor, list: true, secret: true, required: cmdExecutor,
+		help: "a secret that signs push deliveries (Tock-Signature), at least 16 characters; repeat it during a rotation: the first signs, receivers accept any",
+		parse: func(c *config, v string) error {
+			if len(v) < 16 {
+				return errors.New("want at least 16 characters")
+			}
+			c.pushSecrets = append(c.pushSecrets, v)
+			return nil
+		}},
+	{flag: "push-allow", arg: "host|CIDR", defText: "none: any public address", cmds: cmdServer | cmdIngest | cmdExecutor, list: true,
+		help: "a host (or *.domain) or an address or CIDR push targets may reach; with entries, only those. Loopback, private and link-local addresses need a CIDR entry; checked at create and after DNS resolution",
+		parse: func(c *config, v string) error {
+			if _, err := egress.Parse([]string{v}); err != nil {
+				return err
+			}
+			c.pushAllow = append(c.pushAllow, v)
+			return nil
+		}},
+	{flag: "push-queue", arg: "queue", def: job.DefaultPushQueue, cmds: cmdServer | cmdExecutor, list: true,
+		help: "a queue the push executor claims from",
+		parse: func(c *config, v string) error {
+			if err := job.ValidateID("queue", v, job.MaxQueueLen); err != nil {
+				return fieldMessage(err)
+			}
+			c.pushQueues = append(c.pushQueues, v)
+			return nil
+		}},
+	{flag: "push-concurrency", arg: "N", def: strconv.Itoa(executor.DefaultConcurrency), cmds: cmdServer | cmdExecutor,
+		help: "push deliveries in flight at once (1 to 100000)",
+		parse: func(c *config, v string) error {
+			n, err := parseCount(v, 1, 100_000)
+			c.pushConc = int(n)
+			return err
+		}},
+	{flag: "push-per-host", arg: "N", def: strconv.Itoa(executor.DefaultPerHost), cmds: cmdServer | cmdExecutor,
+		help: "push deliveries in flight at once per target host, and idle connections kept per host (1 to 10000); a run over it waits a second, with no attempt used",
+		parse: func(c *config, v string) error {
+			n, err := parseCount(v, 1, 10_000)
+			c.pushPerHost = int(n)
+			return err
+		}},
+	{flag: "push-breaker-failures", arg: "N", def: "5", cmds: cmdServer | cmdExecutor,
+		help: "consecutive failed deliveries to a host that open its circuit breaker (0: breakers off)",
+		parse: func(c *config, v string) error {
+			n, err := parseCount(v, 0, 100_000)
+			c.pushFailures = int(n)
+			return err
+		}},
+	{flag: "push-breaker-cooldown", arg: "duration", def: "30s", cmds: cmdServer | cmdExecutor,
+		help: "how long an open breaker snoozes a host's runs before a half-open probe (1ms to 24h)",
+		parse: func(c *config, v string) (err error) {
+			c.pushCooldown, err = parseDuration(v, time.Millisecond, 24*time.Hour)
+			return err
 		}},
 	{flag: "shutdown-timeout", arg: "duration", def: "30s", cmds: cmdRoles,
 		help: "how long each step of a graceful shutdown may take (1ms to 1h)",
@@ -584,8 +655,10 @@ func (s *setting) missing(cmd command) error {
 // check validates what no setting can alone.
 func (c *config) check() error {
 	switch {
-	case c.cmd == cmdServer && !c.api && !c.dispatch:
-		return c.errorf("roles", "want api, dispatcher, or both")
+	case c.cmd == cmdServer && !c.api && !c.dispatch && !c.push:
+		return c.errorf("roles", "want api, dispatcher, push, or several")
+	case c.cmd == cmdServer && c.push && len(c.pushSecrets) == 0:
+		return c.errorf("push-secret", "the push role needs a signing secret")
 	case c.cmd&(cmdServer|cmdDispatcher) != 0 && c.snapshotEvery > 0 && c.snapshotTo == "":
 		return c.errorf("snapshot-every", "--snapshot-to is required to export snapshots")
 	}
@@ -594,6 +667,12 @@ func (c *config) check() error {
 		c.api = true
 	case cmdDispatcher:
 		c.dispatch = true
+	case cmdExecutor:
+		c.push = true
+	case cmdServer:
+		if len(c.pushSecrets) > 0 && !c.given("roles") {
+			c.push = true
+		}
 	}
 	return nil
 }

@@ -33,6 +33,9 @@ Usage:
       Run the HTTP API only.
   tock dispatcher --redis host:port[,host:port...] [--snapshot-to URL --snapshot-every 1h]
       Run a dispatcher only: the live dispatchers share the shards and fire due runs.
+  tock executor --redis host:port[,host:port...] --push-secret S [--push-allow host|CIDR]...
+      Run the push executor only: deliver the runs of jobs with a target as signed HTTP
+      requests (tock server runs it too with --push-secret or --roles push).
   tock init --redis host:port[,host:port...] [--namespace tock] [--shards 64] [--bucket 1m]
       Initialise a namespace, or check that it exists with these settings.
   tock snapshot export --to LOCATION | restore --from LOCATION | verify --from LOCATION | ls --from LOCATION
@@ -55,7 +58,7 @@ Usage:
   tock version
       Print the version, the commit it was built from and the Go version (or tock --version).
 
-server, ingest, dispatcher, init and snapshot read each setting from a flag, an environment
+server, ingest, dispatcher, executor, init and snapshot read each setting from a flag, an environment
 variable (TOCK_REDIS, TOCK_SHARDS, ...) or a YAML file (--config FILE or TOCK_CONFIG); see
 docs/config.md. SIGINT or SIGTERM stops them gracefully, in order: the API, the
 dispatcher, periodic snapshots, the Redis client; a second signal exits at once.
@@ -86,6 +89,8 @@ func run(ctx context.Context, args []string, c *cli) error {
 		return runIngest(ctx, args[1:], c)
 	case "dispatcher":
 		return runDispatcher(ctx, args[1:], c)
+	case "executor":
+		return runExecutor(ctx, args[1:], c)
 	case "init":
 		return runInit(ctx, args[1:], c)
 	case "jobs", "job":

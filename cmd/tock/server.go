@@ -19,7 +19,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tockhq/tock/dispatcher"
+	"github.com/tockhq/tock/executor"
 	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/egress"
 	"github.com/tockhq/tock/internal/prom"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/snapshot"
@@ -34,6 +36,11 @@ func runServer(ctx context.Context, args []string, c *cli) error {
 // runIngest runs tock ingest: the API only.
 func runIngest(ctx context.Context, args []string, c *cli) error {
 	return runRoles(ctx, c, cmdIngest, args, nil)
+}
+
+// runExecutor runs tock executor: the push executor only.
+func runExecutor(ctx context.Context, args []string, c *cli) error {
+	return runRoles(ctx, c, cmdExecutor, args, nil)
 }
 
 // runDispatcher runs tock dispatcher: a dispatcher only.
@@ -103,6 +110,27 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 			logger.WarnContext(ctx, "no periodic snapshots: --snapshot-to is set but --snapshot-every is 0")
 		}
 	}
+	var policy *egress.Policy
+	if policy, err = egress.Parse(cfg.pushAllow); err != nil {
+		return fail(cfg.errorf("push-allow", "%w", err))
+	}
+	if cfg.push {
+		bm, err := metrics.NewBreakers()
+		if err != nil {
+			return fail(err)
+		}
+		ecfg := executor.Config{Store: store, Queues: cfg.pushQueues, Secrets: cfg.pushSecrets, Egress: policy,
+			Concurrency: cfg.pushConc, PerHost: cfg.pushPerHost, Metrics: bm, Logger: logger,
+			Breaker: executor.BreakerConfig{Failures: cfg.pushFailures, Cooldown: cfg.pushCooldown, Disabled: cfg.pushFailures == 0}}
+		e, err := executor.New(ecfg)
+		if err != nil {
+			return fail(err)
+		}
+		if err := e.Start(context.WithoutCancel(ctx)); err != nil {
+			return fail(fmt.Errorf("start the push executor: %w", err))
+		}
+		r.workers = e.Stop
+	}
 	metricsAddr := ""
 	if cfg.metricsHTTP != "" {
 		if r.metrics, metricsAddr, err = startMetrics(cfg.metricsHTTP, metrics.Registry()); err != nil {
@@ -115,7 +143,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 			logger.WarnContext(ctx, "the API listens beyond loopback without authentication; give --token secret:scope", "addr", cfg.http)
 		}
 		api, err := ingest.New(ingest.Config{Store: store, Addr: cfg.http, Tokens: cfg.tokens,
-			MaxBatch: cfg.maxBatch, MaxBacklog: cfg.maxBacklog, Logger: logger,
+			MaxBatch: cfg.maxBatch, MaxBacklog: cfg.maxBacklog, Logger: logger, Egress: policy,
 			MetricsHandler: metrics.Handler(), Metrics: metrics})
 		if err == nil {
 			_, err = ui.Mount(ui.Config{API: api, Logger: logger})
@@ -137,6 +165,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 	}
 	if r.d != nil {
 		attrs = append(attrs, "dispatcher", r.d.Name())
+	}
+	if r.workers != nil {
+		attrs = append(attrs, "push_queues", strings.Join(cfg.pushQueues, ","), "push_allow", strings.Join(cfg.pushAllow, ","))
 	}
 	if r.snapshots != nil {
 		attrs = append(attrs, "snapshot_to", cfg.snapshotTo, "snapshot_every", cfg.snapshotEvery)

@@ -193,8 +193,8 @@ func TestServer_Flags(t *testing.T) {
 		want string
 	}{
 		{nil, nil, "server: --redis (or TOCK_REDIS, or redis in the --config file): required"},
-		{redis, []string{"--roles", "api,cook"}, `server: --roles "api,cook": item 2: unknown role "cook": want api, dispatcher, or both`},
-		{redis, []string{"--roles", ""}, `server: --roles "": want api, dispatcher, or both`},
+		{redis, []string{"--roles", "api,cook"}, `server: --roles "api,cook": item 2: unknown role "cook": want api, dispatcher, push, or several`},
+		{redis, []string{"--roles", ""}, `server: --roles "": want api, dispatcher, push, or several`},
 		{redis, []string{"--token", "short:write"}, "server: --token: secret shorter than 16 characters"},
 		{redis, []string{"--token", "0123456789abcdefg:admin"}, `server: --token: scope "admin": want read, write or worker`},
 		{map[string]string{"TOCK_REDIS": "127.0.0.1:1", "TOCK_TOKENS": "0123456789abcdefg:read,nocolon"}, nil,
