@@ -54,6 +54,7 @@ const (
 	rRunFail
 	rRunSnooze
 	rRunCancel
+	rAudit
 	numRoutes
 )
 
@@ -89,6 +90,8 @@ var patterns = [numRoutes]string{
 	rRunFail:       "/v1/runs/{run}:fail",
 	rRunSnooze:     "/v1/runs/{run}:snooze",
 	rRunCancel:     "/v1/runs/{run}:cancel",
+
+	rAudit: "/v1/audit",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -137,6 +140,8 @@ func match(path string) (r int, p string, bad bool) {
 		return rRunsClaim, "", false
 	case "/v1/runs:heartbeat":
 		return rRunsHeartbeat, "", false
+	case "/v1/audit":
+		return rAudit, "", false
 	}
 	// /v1/<collection>/<parameter segment>[/runs]
 	rest, ok := strings.CutPrefix(path, "/v1/")
@@ -314,6 +319,8 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rRunFail, "POST", work, s.failRun)
 	add(rRunSnooze, "POST", work, s.snoozeRun)
 	add(rRunCancel, "POST", work, s.cancelRun)
+	// The audit log names operators and their addresses: a write token's to read.
+	add(rAudit, "GET", write, s.listAudit)
 	return rs
 }
 
@@ -368,6 +375,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
 	}
 	defer s.releaseBody(held)
 	ep.h(ctx, p)
+	s.audit(ctx, ep, p)
 	return name
 }
 
@@ -478,6 +486,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 		writeError(ctx, aerr)
 		return false
 	}
+	ctx.SetUserValue(actorKey{}, actor{who: tokenWho(sum)})
 	return true
 }
 
