@@ -125,6 +125,16 @@ func TestBrowser_Dashboard(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.Equal(t, job.StateDead, state("xss-1"))
 	shots := screenshotDir(t)
+	// An hour of lateness figures, for the overview's chart.
+	figs := map[shard.FigureKey]*shard.FigureDelta{}
+	for m := range 60 {
+		d := &shard.FigureDelta{}
+		for i := range 40 {
+			d.Add(time.Duration(1+(m*7+i*i)%25) * time.Millisecond)
+		}
+		figs[shard.FigureKey{Queue: "notify", Minute: shard.Minute(time.Now().Add(-time.Duration(m) * time.Minute))}] = d
+	}
+	require.NoError(t, store.AddFigures(bg, figs))
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
