@@ -79,7 +79,8 @@ func (s *Server) Record(ctx context.Context, e shard.AuditEntry) {
 	}
 }
 
-// audit records the request served by ep, when ep is a management action.
+// audit records the request served by ep, when ep is a management action that was
+// made (done, or refused by the job's state: 404, 409) rather than malformed.
 func (s *Server) audit(ctx *fasthttp.RequestCtx, ep *endpoint, p string) {
 	action, ok := auditActions[ep.name]
 	if !ok {
@@ -97,6 +98,10 @@ func (s *Server) audit(ctx *fasthttp.RequestCtx, ep *endpoint, p string) {
 	}
 	target, result := p, "ok"
 	status := ctx.Response.StatusCode()
+	switch status {
+	case 400, 411, 413, 415, 431:
+		return // a malformed request asked for nothing: not an action
+	}
 	if strings.HasSuffix(action, ".bulk") {
 		target = bulkTarget(ctx.Request.Body())
 	}

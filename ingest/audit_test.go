@@ -115,3 +115,15 @@ func TestServer_AuditLogAnonymous(t *testing.T) {
 	require.Equal(t, "job.pause", p.Entries[0].Action)
 	require.Empty(t, p.NextCursor)
 }
+
+// A malformed request is not an action: nothing is recorded.
+func TestServer_AuditLogSkipsMalformed(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, ingest.Config{})
+	tb.do("PATCH", "/v1/jobs/x", []byte(`{}`), "Content-Type", "application/xml").requireError(t, 415, ingest.CodeUnsupported, "")
+	tb.do("PATCH", "/v1/jobs/x", []byte(`{"priority":"high"}`)).requireError(t, 400, ingest.CodeInvalid, "priority")
+	tb.do("POST", "/v1/jobs:bulk", []byte(`{"action":"explode","ids":["x"]}`)).requireStatus(t, 400)
+	n, err := tb.store.AuditLen(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
