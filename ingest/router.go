@@ -55,6 +55,7 @@ const (
 	rRunSnooze
 	rRunCancel
 	rBreakers
+	rAudit
 	numRoutes
 )
 
@@ -92,6 +93,7 @@ var patterns = [numRoutes]string{
 	rRunCancel:     "/v1/runs/{run}:cancel",
 
 	rBreakers: "/v1/breakers",
+	rAudit: "/v1/audit",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -142,6 +144,8 @@ func match(path string) (r int, p string, bad bool) {
 		return rRunsClaim, "", false
 	case "/v1/runs:heartbeat":
 		return rRunsHeartbeat, "", false
+	case "/v1/audit":
+		return rAudit, "", false
 	}
 	// /v1/<collection>/<parameter segment>[/runs]
 	rest, ok := strings.CutPrefix(path, "/v1/")
@@ -320,6 +324,8 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rRunFail, "POST", work, s.failRun)
 	add(rRunSnooze, "POST", work, s.snoozeRun)
 	add(rRunCancel, "POST", work, s.cancelRun)
+	// The audit log names operators and their addresses: a write token's to read.
+	add(rAudit, "GET", write, s.listAudit)
 	return rs
 }
 
@@ -374,6 +380,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
 	}
 	defer s.releaseBody(held)
 	ep.h(ctx, p)
+	s.audit(ctx, ep, p)
 	return name
 }
 
@@ -484,6 +491,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 		writeError(ctx, aerr)
 		return false
 	}
+	ctx.SetUserValue(actorKey{}, actor{who: tokenWho(sum)})
 	return true
 }
 

@@ -99,6 +99,9 @@ type Config struct {
 	MaxResult int
 	// RedisTimeout bounds every Redis call a request makes. Default 5s.
 	RedisTimeout time.Duration
+	// AuditMax is how many entries the audit log keeps (GET /v1/audit); the oldest are
+	// trimmed. Default shard.DefaultAuditMax (10000).
+	AuditMax int
 	// WriteTimeout bounds the writing of one response (a client that does not read is
 	// dropped after it). A stream (the dashboard's live updates) gets it afresh before
 	// each of its writes, so that it may last. Default 1m.

@@ -207,7 +207,7 @@ func (k *Keys) Figures(queue string, minute int64) string {
 // Workers lists the workers seen recently; score = last seen ms (figures.go). // ZSET
 func (k *Keys) Workers() string { return k.global() + "workers" }
 
-// Session holds a dashboard session: "<scope>|<csrf token>", keyed by the SHA-256 (hex)
+// Session holds a dashboard session: "<scope>|<csrf token>|<who>", keyed by the SHA-256 (hex)
 // of the session's cookie, with the session's TTL (sessions.go). // STRING
 func (k *Keys) Session(sum string) string { return k.global() + "session:" + sum }
 
@@ -218,3 +218,7 @@ func (k *Keys) Breaker(host string) string { return k.global() + "breaker:" + ho
 // Breakers lists the hosts whose breakers have counted a failure; score = ms of the
 // last report (breakers.go). // ZSET
 func (k *Keys) Breakers() string { return k.global() + "breakers" }
+
+// Audit is the audit log: one entry per management action (who, what, result, from
+// where), the newest AuditMax kept; the entry id's milliseconds are when (audit.go). // STREAM
+func (k *Keys) Audit() string { return k.global() + "audit" }

@@ -18,6 +18,9 @@ import (
 type Session struct {
 	Scope string
 	CSRF  string
+	// Who logged in, as the audit log names them (ingest.TokenWho: a hash prefix of the
+	// token, never the token).
+	Who string
 }
 
 func sessionSum(cookie string) string {
@@ -27,7 +30,7 @@ func sessionSum(cookie string) string {
 
 // PutSession stores session s under cookie for ttl.
 func (s *Store) PutSession(ctx context.Context, cookie string, ses Session, ttl time.Duration) error {
-	err := s.c.Do(ctx, s.c.B().Set().Key(s.keys.Session(sessionSum(cookie))).Value(ses.Scope+"|"+ses.CSRF).
+	err := s.c.Do(ctx, s.c.B().Set().Key(s.keys.Session(sessionSum(cookie))).Value(ses.Scope+"|"+ses.CSRF+"|"+ses.Who).
 		Px(ttl).Build()).Error()
 	if err != nil {
 		return fmt.Errorf("store session: %w", err)
@@ -45,8 +48,9 @@ func (s *Store) GetSession(ctx context.Context, cookie string) (Session, error) 
 	if err != nil {
 		return Session{}, fmt.Errorf("read session: %w", err)
 	}
-	scope, csrf, _ := strings.Cut(v, "|")
-	return Session{Scope: scope, CSRF: csrf}, nil
+	scope, rest, _ := strings.Cut(v, "|")
+	csrf, who, _ := strings.Cut(rest, "|")
+	return Session{Scope: scope, CSRF: csrf, Who: who}, nil
 }
 
 // DeleteSession ends the session of cookie (nothing when there is none).

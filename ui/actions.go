@@ -17,7 +17,7 @@ import (
 func (u *UI) jobAction(ctx *fasthttp.RequestCtx, v *viewer) {
 	args := ctx.PostArgs()
 	id, action := string(args.Peek("id")), string(args.Peek("action"))
-	c := u.client(v.scope)
+	c := u.client(v)
 	rc, cancel := u.rctx(ctx)
 	defer cancel()
 	var err error
@@ -51,7 +51,7 @@ func (u *UI) jobAction(ctx *fasthttp.RequestCtx, v *viewer) {
 func (u *UI) deadAction(ctx *fasthttp.RequestCtx, v *viewer) {
 	args := ctx.PostArgs()
 	run, action := string(args.Peek("run")), string(args.Peek("action"))
-	c := u.client(v.scope)
+	c := u.client(v)
 	rc, cancel := u.rctx(ctx)
 	defer cancel()
 	var err error
@@ -79,7 +79,7 @@ func (u *UI) deadAction(ctx *fasthttp.RequestCtx, v *viewer) {
 func (u *UI) queueAction(ctx *fasthttp.RequestCtx, v *viewer) {
 	args := ctx.PostArgs()
 	q, action := string(args.Peek("queue")), string(args.Peek("action"))
-	c := u.client(v.scope)
+	c := u.client(v)
 	rc, cancel := u.rctx(ctx)
 	defer cancel()
 	var err error
@@ -113,7 +113,7 @@ func (u *UI) bulkAction(ctx *fasthttp.RequestCtx, v *viewer) {
 		u.fail(ctx, fasthttp.StatusBadRequest, "bad bulk request: "+err.Error())
 		return
 	}
-	c := u.client(v.scope)
+	c := u.client(v)
 	do := c.BulkJobs
 	switch req.Kind {
 	case "jobs":

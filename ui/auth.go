@@ -24,6 +24,8 @@ type viewer struct {
 	scope  ingest.Scope
 	csrf   string
 	cookie string // "" without sessions (no tokens)
+	who    string // as the audit log names them (ingest.TokenWho, or ingest.Anonymous)
+	remote string // the client's address
 }
 
 func (v *viewer) canWrite() bool { return v.scope == ingest.ScopeWrite }
@@ -35,7 +37,7 @@ var errNoSession = errors.New("no session")
 // with tokens, the session of the cookie.
 func (u *UI) viewerOf(ctx *fasthttp.RequestCtx) (*viewer, error) {
 	if !u.api.AuthRequired() {
-		return &viewer{scope: ingest.ScopeWrite, csrf: u.anonCSRF}, nil
+		return &viewer{scope: ingest.ScopeWrite, csrf: u.anonCSRF, who: ingest.Anonymous, remote: ctx.RemoteAddr().String()}, nil
 	}
 	c := string(ctx.Request.Header.Cookie(cookieName))
 	if c == "" {
@@ -54,7 +56,7 @@ func (u *UI) viewerOf(ctx *fasthttp.RequestCtx) (*viewer, error) {
 	if scope != ingest.ScopeRead && scope != ingest.ScopeWrite {
 		return nil, errNoSession
 	}
-	return &viewer{scope: scope, csrf: s.CSRF, cookie: c}, nil
+	return &viewer{scope: scope, csrf: s.CSRF, cookie: c, who: s.Who, remote: ctx.RemoteAddr().String()}, nil
 }
 
 func (u *UI) rctx(ctx *fasthttp.RequestCtx) (context.Context, context.CancelFunc) {
@@ -105,8 +107,12 @@ func (u *UI) login(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		next = safeNext(string(ctx.PostArgs().Peek("next")))
-		scope := u.api.TokenScope(strings.TrimSpace(string(ctx.PostArgs().Peek("token"))))
+		secret := strings.TrimSpace(string(ctx.PostArgs().Peek("token")))
+		scope := u.api.TokenScope(secret)
 		if scope == "" {
+			// Who tried is unknown: the secret is not recorded, not even hashed.
+			u.api.Record(ctx, shard.AuditEntry{Who: "unknown", Via: "ui", Action: "login.failed", Result: "401 unauthenticated",
+				Remote: ctx.RemoteAddr().String()})
 			data["Error"] = "unknown token"
 			ctx.SetStatusCode(fasthttp.StatusUnauthorized)
 			u.render(ctx, "login", &viewer{}, "Log in", data)
@@ -114,12 +120,14 @@ func (u *UI) login(ctx *fasthttp.RequestCtx) {
 		}
 		cookie := randToken()
 		rc, cancel := u.rctx(ctx)
-		err := u.store.PutSession(rc, cookie, shard.Session{Scope: string(scope), CSRF: randToken()}, u.cfg.SessionTTL)
+		who := ingest.TokenWho(secret)
+		err := u.store.PutSession(rc, cookie, shard.Session{Scope: string(scope), CSRF: randToken(), Who: who}, u.cfg.SessionTTL)
 		cancel()
 		if err != nil {
 			u.internal(ctx, err)
 			return
 		}
+		u.api.Record(ctx, shard.AuditEntry{Who: who, Via: "ui", Action: "login", Target: string(scope), Result: "ok", Remote: ctx.RemoteAddr().String()})
 		u.setCookie(ctx, cookie, u.cfg.SessionTTL)
 		redirect(ctx, next)
 		return
@@ -137,6 +145,9 @@ func (u *UI) logout(ctx *fasthttp.RequestCtx, v *viewer) {
 			u.internal(ctx, err)
 			return
 		}
+	}
+	if u.api.AuthRequired() {
+		u.api.Record(ctx, shard.AuditEntry{Who: v.who, Via: "ui", Action: "logout", Result: "ok", Remote: v.remote})
 	}
 	u.setCookie(ctx, "", -1)
 	redirect(ctx, Prefix+"/login")

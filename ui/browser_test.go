@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/ui"
@@ -39,20 +40,50 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// screenshot saves the page to $TOCK_SCREENSHOTS/<name>.png when that is set, for a
-// person to look at.
-func screenshot(name string) chromedp.Action {
+// screenshotDir is where the test saves a screenshot of each page: $TOCK_SCREENSHOTS
+// when set (for a person to look at; docs/dashboard-*.png come from there), else a
+// temporary directory.
+func screenshotDir(t *testing.T) string {
+	if dir := os.Getenv("TOCK_SCREENSHOTS"); dir != "" {
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		return dir
+	}
+	return t.TempDir()
+}
+
+// screenshot saves the page to dir/<name>.png (PNG: quality 100).
+func screenshot(dir, name string) chromedp.Action {
 	return chromedp.ActionFunc(func(ctx context.Context) error {
-		dir := os.Getenv("TOCK_SCREENSHOTS")
-		if dir == "" {
-			return nil
-		}
 		var b []byte
 		if err := chromedp.FullScreenshot(&b, 100).Do(ctx); err != nil {
 			return err
 		}
 		return os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
 	})
+}
+
+// xssType, xssPayload and xssError are a job's type, payload and error message made to
+// run a script if they were ever inserted as HTML: each sets window.__xss.
+const (
+	xssType    = `<script>window.__xss=1</script>`
+	xssPayload = `{"note":"<script>window.__xss=2</script>","img":"\"><img src=x onerror=window.__xss=3>"}`
+	xssError   = `"><img src=x onerror="window.__xss=4"><script>window.__xss=5</script>`
+)
+
+// noXSS checks that the page shows the payloads as text and ran none of them.
+func noXSS(t *testing.T, ctx context.Context, want ...string) {
+	t.Helper()
+	var body string
+	var xss bool
+	var imgs int
+	require.NoError(t, chromedp.Run(ctx, chromedp.Text("main", &body, chromedp.ByQuery),
+		chromedp.Evaluate(`typeof window.__xss !== "undefined"`, &xss),
+		chromedp.Evaluate(`document.querySelectorAll('img[src="x"], main script').length`, &imgs)))
+	for _, w := range want {
+		require.Contains(t, body, w, "shown as text")
+	}
+	require.False(t, xss, "no payload ran")
+	require.Zero(t, imgs, "no element was made of a payload")
 }
 
 // noConfirm makes the page's confirm() answer yes (a headless browser has nobody to ask).
@@ -81,6 +112,29 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.NoError(t, err)
 		return info.State
 	}
+	// A dead run whose type, payload and error carry script.
+	_, err = store.Create(bg, []*job.Job{{ID: "xss-1", Queue: "xss", Type: xssType, Payload: []byte(xssPayload),
+		Schedule: job.Schedule{Now: true}, Retry: job.RetryPolicy{MaxAttempts: 1}}})
+	require.NoError(t, err)
+	sh := store.ShardOf("xss-1")
+	claimed, err := store.Claim(bg, sh, "xss", 10, "w1", "nonce1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	errs, err := store.FinishRuns(bg, sh, []shard.Finish{{Member: claimed[0].Member, Token: claimed[0].Token, Outcome: shard.Failed, Error: xssError}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	require.Equal(t, job.StateDead, state("xss-1"))
+	shots := screenshotDir(t)
+	// An hour of lateness figures, for the overview's chart.
+	figs := map[shard.FigureKey]*shard.FigureDelta{}
+	for m := range 60 {
+		d := &shard.FigureDelta{}
+		for i := range 40 {
+			d.Add(time.Duration(1+(m*7+i*i)%25) * time.Millisecond)
+		}
+		figs[shard.FigureKey{Queue: "notify", Minute: shard.Minute(time.Now().Add(-time.Duration(m) * time.Minute))}] = d
+	}
+	require.NoError(t, store.AddFigures(bg, figs))
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
@@ -88,7 +142,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 	defer cancelAlloc()
 	ctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	run := func(t *testing.T, actions ...chromedp.Action) {
 		t.Helper()
@@ -103,7 +157,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 	base := tb.base
 
 	t.Run("LoginThenSearch", func(t *testing.T) {
-		run(t, chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible("#token", chromedp.ByID), screenshot("login"),
+		run(t, chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible("#token", chromedp.ByID), screenshot(shots, "login"),
 			chromedp.SendKeys("#token", writeToken, chromedp.ByID), chromedp.Click("#login", chromedp.ByID),
 			chromedp.WaitVisible("#jobs", chromedp.ByID))
 		var url string
@@ -124,7 +178,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.Equal(t, job.StatePaused, state("bulk-10"))
 
 		run(t, chromedp.Navigate(base+"/ui/jobs?q=bulk-&type=sms"), chromedp.WaitVisible("#jobs", chromedp.ByID), noConfirm,
-			chromedp.Click("#bulk-all", chromedp.ByID), chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery), screenshot("bulk"))
+			chromedp.Click("#bulk-all", chromedp.ByID), chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery), screenshot(shots, "bulk"))
 		require.Contains(t, text(t, "#bulk-status"), "Done: 10 matched, 10 changed, 0 failed (searched 9 of 9)")
 		var max string
 		var value float64
@@ -156,9 +210,61 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.True(t, gone("bulk-5"))
 	})
 
+	t.Run("XSSRendersAsText", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/jobs/xss-1"), chromedp.WaitVisible("#payload", chromedp.ByID),
+			chromedp.WaitVisible("#runs td.err", chromedp.ByQuery))
+		noXSS(t, ctx, xssType, `"<script>window.__xss=2</script>"`, `"\"><img src=x onerror=window.__xss=3>"`, xssError)
+		run(t, chromedp.Navigate(base+"/ui/jobs?q=xss-1"), chromedp.WaitVisible("#exact", chromedp.ByID), screenshot(shots, "jobs"))
+		noXSS(t, ctx, xssType)
+		run(t, chromedp.Navigate(base+"/ui/dead?queue=xss"), chromedp.WaitVisible("#dead td.err", chromedp.ByQuery), screenshot(shots, "dead"))
+		noXSS(t, ctx, xssType, xssError)
+	})
+
+	t.Run("RequeueDeadRun", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/dead?queue=xss"), chromedp.WaitVisible("#dead td.err", chromedp.ByQuery),
+			chromedp.Click(`#dead button[value="requeue"]`, chromedp.ByQuery), chromedp.WaitVisible("#dead td.empty", chromedp.ByQuery))
+		var url string
+		run(t, chromedp.Location(&url))
+		require.Equal(t, base+"/ui/dead?queue=xss", url, "back to the queue's dead letters")
+		dead, _, err := store.Dead(bg, "xss", 10, "")
+		require.NoError(t, err)
+		require.Empty(t, dead)
+		require.Equal(t, job.StateReady, state("xss-1"))
+	})
+
+	t.Run("LiveCounter", func(t *testing.T) {
+		cell := `document.querySelector('#queues tr[data-queue="notify"] td.n').textContent.trim()`
+		var before string
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery),
+			chromedp.Evaluate(cell, &before), chromedp.Evaluate(`window.__notReloaded = true`, nil))
+		n, err := strconv.Atoi(before)
+		require.NoError(t, err)
+		// A job created through the API, elsewhere: the count changes on the page.
+		req, err := http.NewRequest("POST", base+"/v1/jobs", strings.NewReader(`{"id":"live-1","queue":"notify","type":"mail","schedule":{"delay":"1h"}}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+writeToken)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusCreated, res.StatusCode)
+		run(t, chromedp.Poll(cell+` === "`+strconv.Itoa(n+1)+`"`, nil))
+		var still bool
+		run(t, chromedp.Evaluate(`window.__notReloaded === true`, &still), screenshot(shots, "overview"))
+		require.True(t, still, "updated in place, without a reload")
+	})
+
+	t.Run("SchedulesAndAuditLog", func(t *testing.T) {
+		run(t, chromedp.Navigate(base+"/ui/schedules"), chromedp.WaitVisible("main table", chromedp.ByQuery), screenshot(shots, "schedules"))
+		run(t, chromedp.Navigate(base+"/ui/audit"), chromedp.WaitVisible("#audit", chromedp.ByID), screenshot(shots, "audit"))
+		audit := text(t, "#audit")
+		require.Contains(t, audit, "dead.requeue")
+		require.Contains(t, audit, ingest.TokenWho(writeToken))
+		require.NotContains(t, audit, writeToken)
+	})
+
 	t.Run("JobDetailDSTPreviewAndLiveUpdates", func(t *testing.T) {
 		run(t, chromedp.Navigate(base+"/ui/jobs/nightly"), chromedp.WaitVisible("#preview li.dst.moved", chromedp.ByQuery),
-			chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), screenshot("job"))
+			chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), screenshot(shots, "job"))
 		require.Contains(t, text(t, "#preview li.dst.moved"), "02:30 does not exist on 2027-03-14 (clocks jump from 02:00 to 03:00): fires at 03:00 EDT")
 		require.Contains(t, text(t, "#preview li.dst.moved time"), "2027-03-14 03:00:00 EDT")
 		require.Contains(t, text(t, "#payload"), `"team": "ops"`)
@@ -195,7 +301,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#logout", chromedp.ByID), chromedp.Click("#logout", chromedp.ByID),
 			chromedp.WaitVisible("#token", chromedp.ByID), chromedp.Navigate(base+"/ui/cluster"), chromedp.WaitVisible("#token", chromedp.ByID))
 		run(t, chromedp.SendKeys("#token", readToken, chromedp.ByID), chromedp.Click("#login", chromedp.ByID),
-			chromedp.WaitVisible("#shards", chromedp.ByID), screenshot("cluster"),
+			chromedp.WaitVisible("#shards", chromedp.ByID), screenshot(shots, "cluster"),
 			chromedp.Navigate(base+"/ui/jobs/nightly"), chromedp.WaitVisible("#job-state", chromedp.ByID))
 		var hasButtons bool
 		run(t, chromedp.Evaluate(`document.querySelector("#job-actions, .bulk, button[name=action]") !== null`, &hasButtons))
@@ -212,7 +318,14 @@ func TestBrowser_Dashboard(t *testing.T) {
 			&status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
 		require.Equal(t, http.StatusForbidden, status)
 		require.Equal(t, job.StateScheduled, state("nightly"), "a read session may not delete")
-		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#queues", chromedp.ByID), screenshot("overview"))
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#queues", chromedp.ByID), screenshot(shots, "overview-read"))
 		require.False(t, strings.Contains(text(t, "#queues"), "Pause"))
 	})
+
+	// A screenshot of each page.
+	for _, name := range []string{"login", "overview", "jobs", "job", "dead", "schedules", "cluster", "audit"} {
+		fi, err := os.Stat(filepath.Join(shots, name+".png"))
+		require.NoError(t, err, "screenshot of %s", name)
+		require.NotZero(t, fi.Size())
+	}
 }

@@ -15,8 +15,9 @@ import (
 // process, with the scope of the dashboard's session: the pages read the same endpoints
 // as a script, without a network round trip and without holding the token.
 type inProcess struct {
-	api   *ingest.Server
-	scope ingest.Scope
+	api         *ingest.Server
+	scope       ingest.Scope
+	who, remote string // for the audit log
 }
 
 var loopback = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
@@ -42,7 +43,7 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, loopback, nil)
-	t.api.ServeAs(&ctx, t.scope)
+	t.api.ServeFor(&ctx, t.scope, t.who, "ui", t.remote)
 	res := &http.Response{
 		StatusCode: ctx.Response.StatusCode(), Header: http.Header{}, Request: r,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -55,9 +56,10 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	return res, nil
 }
 
-// client returns an API client acting with scope.
-func (u *UI) client(scope ingest.Scope) *ingest.Client {
-	c, err := ingest.NewClient("http://tock.internal", "", ingest.WithHTTPClient(&http.Client{Transport: inProcess{api: u.api, scope: scope}}),
+// client returns an API client acting for v: with its scope, named in the audit log as v.
+func (u *UI) client(v *viewer) *ingest.Client {
+	t := inProcess{api: u.api, scope: v.scope, who: v.who, remote: v.remote}
+	c, err := ingest.NewClient("http://tock.internal", "", ingest.WithHTTPClient(&http.Client{Transport: t}),
 		ingest.WithUserAgent("tock-ui"))
 	if err != nil {
 		panic("ui: in-process client: " + err.Error()) // a constant URL: cannot fail

@@ -108,7 +108,7 @@ func (u *UI) refresh(ctx context.Context, v *viewer, name, id string, q url.Valu
 // update loads page name and renders its live fragments as one JSON object.
 func (u *UI) update(ctx context.Context, v *viewer, name, id string, q url.Values) ([]byte, error) {
 	d := defs[name]
-	data, err := d.load(u, ctx, u.client(v.scope), q, id)
+	data, err := d.load(u, ctx, u.client(v), q, id)
 	if err != nil {
 		return nil, err
 	}

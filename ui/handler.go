@@ -118,6 +118,8 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 		u.schedules(ctx, v)
 	case p == "/cluster":
 		u.cluster(ctx, v)
+	case p == "/audit":
+		u.audit(ctx, v)
 	case p == "/events":
 		u.events(ctx, v)
 	default:

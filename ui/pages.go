@@ -26,6 +26,7 @@ var defs = map[string]*pageDef{
 	"dead":      {name: "dead", title: "Dead letters", live: []string{"dead"}, load: (*UI).loadDead},
 	"schedules": {name: "schedules", title: "Schedules", live: []string{"schedules"}, load: (*UI).loadSchedules},
 	"cluster":   {name: "cluster", title: "Cluster", live: []string{"cluster"}, load: (*UI).loadCluster},
+	"audit":     {name: "audit", title: "Audit log", live: []string{"audit"}, load: (*UI).loadAudit},
 }
 
 // show loads and renders a page.
@@ -33,7 +34,7 @@ func (u *UI) show(ctx *fasthttp.RequestCtx, v *viewer, name, id string) {
 	d := defs[name]
 	q, _ := url.ParseQuery(string(ctx.URI().QueryString()))
 	rc, cancel := u.rctx(ctx)
-	data, err := d.load(u, rc, u.client(v.scope), q, id)
+	data, err := d.load(u, rc, u.client(v), q, id)
 	cancel()
 	if err != nil {
 		u.apiFail(ctx, err)
@@ -64,6 +65,7 @@ func (u *UI) jobs(ctx *fasthttp.RequestCtx, v *viewer)      { u.show(ctx, v, "jo
 func (u *UI) dead(ctx *fasthttp.RequestCtx, v *viewer)      { u.show(ctx, v, "dead", "") }
 func (u *UI) schedules(ctx *fasthttp.RequestCtx, v *viewer) { u.show(ctx, v, "schedules", "") }
 func (u *UI) cluster(ctx *fasthttp.RequestCtx, v *viewer)   { u.show(ctx, v, "cluster", "") }
+func (u *UI) audit(ctx *fasthttp.RequestCtx, v *viewer)     { u.show(ctx, v, "audit", "") }
 func (u *UI) jobDetail(ctx *fasthttp.RequestCtx, v *viewer, id string) {
 	u.show(ctx, v, "job", id)
 }
@@ -343,4 +345,24 @@ func (u *UI) loadCluster(rc context.Context, c *ingest.Client, _ url.Values, _ s
 		d.Rows = append(d.Rows, shardRow{ClusterShard: s, Hot: load >= 10 && load > 2*d.Mean})
 	}
 	return d, nil
+}
+
+// Audit log.
+
+type auditData struct {
+	Entries []ingest.AuditEntry
+	Next    string
+}
+
+func (u *UI) loadAudit(rc context.Context, c *ingest.Client, q url.Values, _ string) (any, error) {
+	p, err := c.Audit(rc, 100, q.Get("cursor"))
+	if err != nil {
+		return nil, err
+	}
+	return &auditData{Entries: p.Entries, Next: p.NextCursor}, nil
+}
+
+// NextURL is the URL of the next (older) page.
+func (d *auditData) NextURL() string {
+	return Prefix + "/audit?" + url.Values{"cursor": {d.Next}}.Encode()
 }

@@ -27,7 +27,7 @@ type page struct {
 }
 
 // pageNames are the templates/<name>.html files, each rendered inside layout.html.
-var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead", "schedules", "cluster"}
+var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead", "schedules", "cluster", "audit"}
 
 var funcs = template.FuncMap{
 	"time":     fmtTime,

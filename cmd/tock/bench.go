@@ -29,6 +29,7 @@ const benchUsage = `Usage:
   tock bench bare --jobs N --batch 500 --concurrency 8 --payload 100
   tock bench ingest [--api URL --token T] --jobs N --conns C --batch B --payload 100 [--delay 1h]
                   (without --api: an in-process API server over --redis or the embedded Redis)
+  tock bench ui --redis host:port --jobs 1000000 [--samples 20] [--queues 10] [--no-load --namespace NS]
 Common flags: --redis host:port[,host:port...] (default: embedded in-memory Redis),
               --shards 64, --namespace NS, --keep, --dispatchers 1, --json,
               --procs N (Go threads running tock's code; default: one fewer than the CPUs
@@ -47,6 +48,11 @@ var benchAbout = map[string]string{
 	"ingest": "Send --jobs creates to the HTTP API over --conns connections (--batch jobs a request) " +
 		"and report accepted jobs/s and request latency, as JSON. Without --api it runs an API " +
 		"server in this process, over --redis or the embedded Redis.",
+	"ui": "Load --jobs jobs (spread over --queues queues, 1% cron) into --redis, start the API and the " +
+		"dashboard in this process, log in, and measure the latency of the dashboard's pages (overview, " +
+		"exact id lookup, first page of a filtered list, job, schedules, dead letters, cluster, audit log) " +
+		"and of the API calls behind them, --samples times each after a warm-up; report p50/p99/max ms " +
+		"per page as JSON. --keep and --namespace keep a loaded namespace; --no-load measures it again.",
 	"bare": "Run the least a Redis job pipeline can do (ZADD, a Lua promote, a Lua claim, ZREM, no " +
 		"job record) on the same Redis, for comparison, and report jobs/s as JSON.",
 }
@@ -59,7 +65,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		fmt.Fprint(c.out, benchUsage)
 		return flag.ErrHelp
 	case benchAbout[args[0]] == "":
-		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, memory, ingest or bare)", args[0])
+		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, memory, ingest, bare or ui)", args[0])
 	}
 	scenario, args := args[0], args[1:]
 	out := c.out
@@ -76,6 +82,8 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		api, token                 string
 		conns, batch               int
 		delay                      time.Duration
+		samples, queues            int
+		noLoad                     bool
 	)
 	fs.StringVar(&redis, "redis", "", "Redis `address(es)`, comma-separated (env TOCK_REDIS; default: an embedded in-memory Redis)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
@@ -85,7 +93,14 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 	fs.IntVar(&common.Dispatchers, "dispatchers", 1, "dispatchers run in this process")
 	durationVar(fs, &fireLead, "fire-lead", dispatcher.DefaultLead, "dispatchers fire runs this far ahead of their due time and workers hold them until then (0 to 1s; 0: fire at the due time)")
 	durationVar(fs, &common.Coalesce, "coalesce", 0, "dispatchers fire runs due within this of each other in one call (default half the fire lead, or 2ms without one)")
-	fs.IntVar(&jobs, "jobs", 100000, "jobs")
+	defJobs := 100000
+	if scenario == "ui" {
+		defJobs = 1000000
+		fs.IntVar(&samples, "samples", 20, "requests measured per page, after one warm-up")
+		fs.IntVar(&queues, "queues", 10, "queues the jobs are spread over")
+		fs.BoolVar(&noLoad, "no-load", false, "load nothing: measure --namespace as an earlier run with --keep left it")
+	}
+	fs.IntVar(&jobs, "jobs", defJobs, "jobs")
 	defConc := bench.DefaultConcurrency
 	concUsage := "worker handler slots"
 	switch scenario {
@@ -181,6 +196,8 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		res, err = bench.Memory(ctx, bench.MemoryConfig{Common: common, Jobs: jobs, Payload: payload})
 	case "bare":
 		res, err = bench.Bare(ctx, bench.BareConfig{Common: common, Jobs: jobs, Batch: batch, Streams: concurrency, Payload: payload})
+	case "ui":
+		res, err = bench.UI(ctx, bench.UIConfig{Common: common, Jobs: jobs, Queues: queues, Payload: payload, Samples: samples, NoLoad: noLoad})
 	case "ingest":
 		res, err = bench.Ingest(ctx, bench.IngestConfig{Common: common, API: api, Token: token, Jobs: jobs,
 			Conns: conns, Batch: batch, Payload: payload, Delay: delay})

@@ -15,9 +15,9 @@ var commandPaths = []string{
 	"dev", "server", "ingest", "dispatcher", "init",
 	"snapshot export", "snapshot restore", "snapshot verify", "snapshot ls",
 	"jobs create", "jobs get", "jobs ls", "jobs patch", "jobs cancel", "jobs pause", "jobs resume", "jobs trigger", "jobs delete", "jobs runs", "jobs bulk",
-	"dead ls", "dead requeue", "dead rm", "dead bulk", "cluster", "figures",
+	"dead ls", "dead requeue", "dead rm", "dead bulk", "cluster", "figures", "audit",
 	"queues", "queues pause", "queues resume",
-	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare",
+	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare", "bench ui",
 	"version",
 }
 

@@ -50,6 +50,8 @@ Usage:
   tock cluster | tock figures [--queue Q] [--minutes N]
       The cluster (dispatchers, shard leases and counts, workers, Redis nodes), or each
       queue's per-minute figures (fires, lateness).
+  tock audit [--limit N] [--all]
+      The audit log: who did what, when, from where (needs a write token).
   tock queues [--watch] | tock queues pause|resume QUEUE...
       Queue figures (--watch redraws every 2s, and keeps trying while the API is down),
       or stop and restart claiming from a queue.
@@ -103,6 +105,8 @@ func run(ctx context.Context, args []string, c *cli) error {
 		return runCluster(ctx, c, args[1:])
 	case "figures":
 		return runFigures(ctx, c, args[1:])
+	case "audit":
+		return runAudit(ctx, c, args[1:])
 	case "bench":
 		return runBench(ctx, args[1:], c)
 	case "snapshot":

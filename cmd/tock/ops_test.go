@@ -199,3 +199,28 @@ func TestDead_Bulk(t *testing.T) {
 	sum := decodeJSON[ingest.BulkReply](t, b.ok(t, "dead", "bulk", "delete", "--all", "--json"))
 	require.Equal(t, 1, sum.Changed)
 }
+
+// tock audit prints the audit log, newest first; --json is the API's reply.
+func TestAudit(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, ingest.Token{Secret: "cli-write-secret", Scope: ingest.ScopeWrite})
+	b.env["TOCK_TOKEN"] = "cli-write-secret"
+	ctx := context.Background()
+	_, err := b.store.Create(ctx, []*job.Job{{ID: "a1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+	b.ok(t, "jobs", "pause", "a1")
+	b.ok(t, "queues", "pause", "mail")
+
+	out := b.ok(t, "audit")
+	who := ingest.TokenWho("cli-write-secret")
+	require.Regexp(t, `(?m)^TIME\s+WHO\s+VIA\s+ACTION\s+TARGET\s+RESULT\s+FROM$`, out)
+	require.Regexp(t, `(?m)^\S+ \S+\s+`+who+`\s+api\s+queue\.pause\s+mail\s+ok\s+127\.0\.0\.1:\d+\n\S+ \S+\s+`+who+`\s+api\s+job\.pause\s+a1\s+ok\s+127\.0\.0\.1:\d+$`, out)
+	require.NotContains(t, out, "secret")
+
+	p := decodeJSON[ingest.AuditPage](t, b.ok(t, "audit", "--json", "--limit", "1"))
+	require.Len(t, p.Entries, 1)
+	require.Equal(t, "queue.pause", p.Entries[0].Action)
+	require.NotEmpty(t, p.NextCursor)
+	p = decodeJSON[ingest.AuditPage](t, b.ok(t, "audit", "--json", "--limit", "1", "--cursor", p.NextCursor))
+	require.Equal(t, "job.pause", p.Entries[0].Action)
+}
