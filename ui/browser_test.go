@@ -148,10 +148,14 @@ func TestBrowser_Dashboard(t *testing.T) {
 		t.Helper()
 		require.NoError(t, chromedp.Run(ctx, actions...))
 	}
+	// text reads an element's text in one step of the page's script: a live update may
+	// replace the element's children between the steps of chromedp.Text (find the node,
+	// then read it), which then fails with "No node with given id found".
 	text := func(t *testing.T, sel string) string {
 		t.Helper()
 		var s string
-		run(t, chromedp.Text(sel, &s, chromedp.ByQuery))
+		run(t, chromedp.WaitReady(sel, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).innerText`, sel), &s))
 		return s
 	}
 	base := tb.base
