@@ -433,3 +433,46 @@ func TestUpdateResume_LatestHandledAheadOfTheClock(t *testing.T) {
 		require.True(t, info.NextRunAt.After(lf), "next %s after %s", info.NextRunAt, lf)
 	})
 }
+
+// A filtered page reads a bounded number of jobs (listReadBudget): over 12,000 cold jobs
+// that the filter does not match, the first page comes back empty with a cursor instead of
+// reading them all, and the cursors then cover every job once.
+func TestList_FilteredPageReadsABoundedNumberOfJobs(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, ColdAfter: time.Minute})
+		now, err := s.ServerNow(ctx)
+		require.NoError(t, err)
+		const n = 12000
+		for i := 0; i < n; i += 1000 {
+			var jobs []*job.Job
+			for k := i; k < i+1000; k++ {
+				// Spread over 200 buckets: reading a cold job scans its bucket's list.
+				at := now.Add(time.Hour + time.Duration(k)*time.Second)
+				jobs = append(jobs, &job.Job{ID: "c" + strconv.Itoa(k), Type: "t", Schedule: job.Schedule{At: at}})
+			}
+			_, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+		}
+		page, err := s.List(ctx, shard.ListFilter{State: job.StateRunning})
+		require.NoError(t, err)
+		require.Empty(t, page.Jobs)
+		if b.Name != redistest.Miniredis {
+			// miniredis's SCAN ignores COUNT: its first call returns every key.
+			require.NotEmpty(t, page.Next, "the first page stops before reading every job")
+		}
+		seen := map[string]bool{}
+		for f := (shard.ListFilter{State: job.StateScheduled, Limit: 1000}); ; {
+			page, err := s.List(ctx, f)
+			require.NoError(t, err)
+			for _, info := range page.Jobs {
+				seen[info.ID] = true
+			}
+			if page.Next == "" {
+				break
+			}
+			f.Cursor = page.Next
+		}
+		require.Len(t, seen, n)
+	})
+}
