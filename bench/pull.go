@@ -95,7 +95,8 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 	seen := make([]atomic.Int32, cfg.Jobs)
 	var processed, claims, acks, ackErrs atomic.Int64
 	var first, last atomic.Int64
-	var errMu sync.Mutex
+	var errMu, histMu sync.Mutex
+	claimHist, ackHist := newLatencyHist(), newLatencyHist()
 	var firstErr error
 	cpu := e.meterCPU(ctx)
 	stopD, err := e.startDispatchers(ctx)
@@ -110,7 +111,15 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 		go func() {
 			defer wg.Done()
 			name := "bench-http-" + strconv.Itoa(w)
+			ch, ah := newLatencyHist(), newLatencyHist()
+			defer func() {
+				histMu.Lock()
+				claimHist.Merge(ch)
+				ackHist.Merge(ah)
+				histMu.Unlock()
+			}()
 			for wctx.Err() == nil {
+				t0 := time.Now()
 				reply, err := client.ClaimRuns(wctx, ingest.ClaimRequest{Queues: []string{job.DefaultQueue}, Max: cfg.ClaimMax, Wait: "1s", Worker: name})
 				if err != nil {
 					if wctx.Err() == nil {
@@ -124,12 +133,17 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 					continue
 				}
 				claims.Add(1)
+				if len(reply.Runs) > 0 {
+					_ = ch.RecordValue(time.Since(t0).Microseconds())
+				}
 				for _, r := range reply.Runs {
 					first.CompareAndSwap(0, time.Now().UnixNano())
+					t1 := time.Now()
 					if _, err := client.AckRun(wctx, r.Run, r.Token, nil); err != nil {
 						ackErrs.Add(1)
 						continue
 					}
+					_ = ah.RecordValue(time.Since(t1).Microseconds())
 					acks.Add(1)
 					i, err := strconv.Atoi(r.JobID[1:])
 					if err != nil || i < 0 || i >= cfg.Jobs {
@@ -174,9 +188,12 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 		res.ProcessedPerSec = round(float64(res.Processed) / d.Seconds())
 	}
 	res.Claims, res.AckErrors = int(claims.Load()), int(ackErrs.Load())
+	res.ClaimMs, res.AckMs = ptr(histPercentiles(claimHist)), ptr(histPercentiles(ackHist))
 	res.Requests = res.Claims + int(acks.Load()) + res.AckErrors
 	if res.Processed < cfg.Jobs && firstErr != nil {
 		return res, fmt.Errorf("bench throughput: %d of %d jobs processed; first claim error: %w", res.Processed, cfg.Jobs, firstErr)
 	}
 	return res, nil
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -239,6 +239,10 @@ type ThroughputResult struct {
 	Claims      int `json:"claims,omitempty"`
 	Requests    int `json:"requests,omitempty"`
 	AckErrors   int `json:"ack_errors,omitempty"`
+	// ClaimMs is the latency of the claims that returned runs, AckMs of the acks, per
+	// HTTP request as the worker saw it (HTTP workers only).
+	ClaimMs *Percentiles `json:"claim_ms,omitempty"`
+	AckMs   *Percentiles `json:"ack_ms,omitempty"`
 	// Procs is the GOMAXPROCS the scenario ran with (tock bench's --procs).
 	Procs int `json:"procs"`
 }

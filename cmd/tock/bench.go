@@ -48,7 +48,7 @@ var benchAbout = map[string]string{
 		"POST /v1/runs/{run}:ack per run) against an API server in this process on a loopback port.",
 	"push": "Create --jobs immediate push jobs whose target is an HTTP sink the bench runs on a loopback port " +
 		"(checking every signature), deliver them with an executor in this process, and report deliveries/s as JSON.",
-	"memory":     "Create --jobs pending jobs and report the Redis memory each takes, as JSON.",
+	"memory": "Create --jobs pending jobs and report the Redis memory each takes, as JSON.",
 	"ingest": "Send --jobs creates to the HTTP API over --conns connections (--batch jobs a request) " +
 		"and report accepted jobs/s and request latency, as JSON. Without --api it runs an API " +
 		"server in this process, over --redis or the embedded Redis.",
