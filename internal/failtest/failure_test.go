@@ -49,7 +49,7 @@ import (
 
 // Environment of a child process.
 const (
-	envRole      = "TOCK_FAILTEST_ROLE" // worker
+	envRole      = "TOCK_FAILTEST_ROLE" // worker or executor
 	envSeeds     = "TOCK_FAILTEST_SEEDS"
 	envNamespace = "TOCK_FAILTEST_NAMESPACE"
 	envOut       = "TOCK_FAILTEST_OUT" // worker: file of handled runs
@@ -71,6 +71,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envRole) {
 	case "worker":
 		os.Exit(child(runWorker))
+	case "executor":
+		os.Exit(child(runExecutor))
 	}
 	redistest.Main(m)
 }
