@@ -197,7 +197,11 @@ func TestPushFailures(t *testing.T) {
 		s := newSink(t, 0)
 		s.failing.Store(true)
 		tr := &transitions{opened: make(chan struct{})}
-		ex, err := newExecutor(store, "executor-in-test", executor.BreakerConfig{Failures: 5, Cooldown: time.Second}, tr, nil)
+		// ProbeTimeout is short: while the half-open probe is out, the breaker snoozes the
+		// host's other runs until the probe's timeout (lua/breaker_step.lua), not until
+		// the probe reports, so with the default 2 minutes the runs refused during the
+		// probe wait that long after the breaker closed.
+		ex, err := newExecutor(store, "executor-in-test", executor.BreakerConfig{Failures: 5, Cooldown: time.Second, ProbeTimeout: 2 * time.Second}, tr, nil)
 		require.NoError(t, err)
 		require.NoError(t, ex.Start(context.Background()))
 		defer func() {
@@ -324,6 +328,11 @@ func runPush(t *testing.T, store *shard.Store, s *sink, fault func() error) push
 		}
 		switch {
 		case succeeded == 0 || len(atts) == 0:
+			if f.Lost == 0 {
+				info, err := store.Get(ctx, id)
+				qs, _ := store.Queues(ctx)
+				t.Logf("first lost job %s: %+v %v; runs %+v; queues %+v", id, info, err, runs, qs)
+			}
 			f.Lost++
 		case succeeded > 1:
 			f.AckedTwice++
