@@ -16,6 +16,10 @@
 // claim or ack had not reached the replica can run twice. The same kill with the
 // default durability is run too, and what it lost is reported, not asserted.
 //
+// TestPushFailures (push_test.go) does the same for the push executor on a standalone
+// redis-server: a kill -9 of one of two executor processes, and an endpoint that
+// answers 500 until the host's breaker opens.
+//
 // Each scenario logs a line "figures: {...}" (JSON); TOCK_FAILTEST_REPORT=path appends
 // them to a file.
 package failtest
