@@ -166,3 +166,44 @@ func TestBare_MovesEveryJobOnce(t *testing.T) {
 		require.Equal(t, "bare", res.Scenario)
 	})
 }
+
+// Workers over the pull protocol, through an API server in the process.
+func TestThroughput_HTTPWorkers(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		res, err := bench.Throughput(context.Background(), bench.ThroughputConfig{Common: common(b), Jobs: 300, HTTPWorkers: 3, ClaimMax: 50, Payload: 10})
+		require.NoError(t, err)
+		require.Equal(t, 300, res.Processed)
+		require.Zero(t, res.Duplicates)
+		require.Zero(t, res.AckErrors)
+		require.Equal(t, 3, res.HTTPWorkers)
+		require.GreaterOrEqual(t, res.Claims, 6) // at most 50 runs a claim
+		require.Equal(t, res.Claims+300, res.Requests, "one ack request per run")
+		require.Positive(t, res.ProcessedPerSec)
+		require.NotNil(t, res.AckMs)
+		requireCPUFigure(t, b, res.RedisCPUUsPerRun)
+	})
+}
+
+func TestPush_DeliversEveryJobSigned(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		res, err := bench.Push(context.Background(), bench.PushConfig{Common: common(b), Jobs: 300, Concurrency: 16, Payload: 10})
+		require.NoError(t, err)
+		require.Equal(t, 300, res.Delivered)
+		require.Zero(t, res.Duplicates)
+		require.Zero(t, res.BadSignatures)
+		require.Positive(t, res.DeliveriesPerSec)
+		requireCPUFigure(t, b, res.RedisCPUUsPerRun)
+	})
+}
+
+func TestThroughputAndPush_RejectBadSettings(t *testing.T) {
+	ctx := context.Background()
+	_, err := bench.Throughput(ctx, bench.ThroughputConfig{Jobs: 1, HTTPWorkers: -1})
+	require.ErrorContains(t, err, "--http-workers")
+	_, err = bench.Throughput(ctx, bench.ThroughputConfig{Jobs: 1, HTTPWorkers: 1, ClaimMax: 5000})
+	require.ErrorContains(t, err, "--claim-max")
+	_, err = bench.Push(ctx, bench.PushConfig{Jobs: 0})
+	require.ErrorContains(t, err, "--jobs")
+	_, err = bench.Push(ctx, bench.PushConfig{Jobs: 1, Concurrency: -1})
+	require.ErrorContains(t, err, "--concurrency")
+}

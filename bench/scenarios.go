@@ -209,6 +209,12 @@ type ThroughputConfig struct {
 	// DefaultClusterConcurrency on a Redis Cluster.
 	Concurrency int
 	Payload     int
+	// HTTPWorkers, when above 0, replaces the in-process Go worker with that many
+	// workers over the pull protocol (POST /v1/runs:claim and :ack) against an ingest
+	// server started in this process on a loopback port.
+	HTTPWorkers int
+	// ClaimMax is the runs an HTTP worker asks for per claim. Default DefaultClaimMax.
+	ClaimMax int
 }
 
 // ThroughputResult is what the throughput scenario prints.
@@ -224,7 +230,19 @@ type ThroughputResult struct {
 	// RedisCPUUsPerRun is the CPU time Redis (all masters) used while processing, per
 	// processed job, in µs (0 on the embedded Redis).
 	RedisCPUUsPerRun float64 `json:"redis_cpu_us_per_run,omitempty"`
-	Concurrency      int     `json:"concurrency"`
+	Concurrency      int     `json:"concurrency,omitempty"`
+	// HTTPWorkers and ClaimMax are ThroughputConfig's; Claims counts the claim requests
+	// that answered, Requests every HTTP request (claims and one ack per run), AckErrors
+	// the acks refused (none in a normal run).
+	HTTPWorkers int `json:"http_workers,omitempty"`
+	ClaimMax    int `json:"claim_max,omitempty"`
+	Claims      int `json:"claims,omitempty"`
+	Requests    int `json:"requests,omitempty"`
+	AckErrors   int `json:"ack_errors,omitempty"`
+	// ClaimMs is the latency of the claims that returned runs, AckMs of the acks, per
+	// HTTP request as the worker saw it (HTTP workers only).
+	ClaimMs *Percentiles `json:"claim_ms,omitempty"`
+	AckMs   *Percentiles `json:"ack_ms,omitempty"`
 	// Procs is the GOMAXPROCS the scenario ran with (tock bench's --procs).
 	Procs int `json:"procs"`
 }
@@ -237,6 +255,12 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (*ThroughputResult, e
 	}
 	if cfg.Concurrency < 0 {
 		return nil, fmt.Errorf("bench throughput: --concurrency %d: want 0 (the default for the backend) or more", cfg.Concurrency)
+	}
+	if cfg.HTTPWorkers < 0 {
+		return nil, fmt.Errorf("bench throughput: --http-workers %d: want 0 (a Go worker) or more", cfg.HTTPWorkers)
+	}
+	if cfg.HTTPWorkers > 0 {
+		return throughputHTTP(ctx, cfg)
 	}
 	e, err := connect(ctx, cfg.Common, true)
 	if err != nil {

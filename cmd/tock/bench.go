@@ -24,7 +24,8 @@ import (
 const benchUsage = `Usage:
   tock bench fire --jobs N --window 10s --lead 20s --concurrency C --payload 100 [--pending M]
                   [--producer-only | --workers-only --namespace NS]
-  tock bench throughput --jobs N --concurrency C
+  tock bench throughput --jobs N --concurrency C [--http-workers N --claim-max M]
+  tock bench push --jobs N --concurrency C
   tock bench memory --jobs N --payload 100 --redis host:port
   tock bench bare --jobs N --batch 500 --concurrency 8 --payload 100
   tock bench ingest [--api URL --token T] --jobs N --conns C --batch B --payload 100 [--delay 1h]
@@ -43,8 +44,12 @@ var benchAbout = map[string]string{
 	"fire": "Schedule --jobs one-time jobs due uniformly across --window, starting --lead from now, " +
 		"run dispatchers and workers, and report fires/s inside the window, lateness percentiles, " +
 		"duplicates and misses as JSON.",
-	"throughput": "Create --jobs immediate jobs and report how fast dispatchers and workers process them, as JSON.",
-	"memory":     "Create --jobs pending jobs and report the Redis memory each takes, as JSON.",
+	"throughput": "Create --jobs immediate jobs and report how fast dispatchers and workers process them, as JSON. " +
+		"With --http-workers N, N workers claim and ack over the pull protocol (POST /v1/runs:claim, one " +
+		"POST /v1/runs/{run}:ack per run) against an API server in this process on a loopback port.",
+	"push": "Create --jobs immediate push jobs whose target is an HTTP sink the bench runs on a loopback port " +
+		"(checking every signature), deliver them with an executor in this process, and report deliveries/s as JSON.",
+	"memory": "Create --jobs pending jobs and report the Redis memory each takes, as JSON.",
 	"ingest": "Send --jobs creates to the HTTP API over --conns connections (--batch jobs a request) " +
 		"and report accepted jobs/s and request latency, as JSON. Without --api it runs an API " +
 		"server in this process, over --redis or the embedded Redis.",
@@ -65,7 +70,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		fmt.Fprint(c.out, benchUsage)
 		return flag.ErrHelp
 	case benchAbout[args[0]] == "":
-		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, memory, ingest, bare or ui)", args[0])
+		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, push, memory, ingest, bare or ui)", args[0])
 	}
 	scenario, args := args[0], args[1:]
 	out := c.out
@@ -84,6 +89,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		delay                      time.Duration
 		samples, queues            int
 		noLoad                     bool
+		httpWorkers, claimMax      int
 	)
 	fs.StringVar(&redis, "redis", "", "Redis `address(es)`, comma-separated (env TOCK_REDIS; default: an embedded in-memory Redis)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
@@ -109,6 +115,8 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 	case "throughput":
 		defConc = 0
 		concUsage = fmt.Sprintf("worker handler slots (default %d on one Redis server, %d on a Redis Cluster)", bench.DefaultConcurrency, bench.DefaultClusterConcurrency)
+	case "push":
+		defConc, concUsage = bench.DefaultPushConcurrency, "the executor's deliveries in flight (and its per-host limit: the sink is one host)"
 	case "bare":
 		defConc, concUsage = bench.DefaultBareStreams, "pipelines run side by side, each on its own keys"
 		fs.IntVar(&batch, "batch", bench.DefaultBareBatch, "jobs per command or script call")
@@ -127,6 +135,10 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		fs.IntVar(&pending, "pending", 0, "jobs pre-loaded due far in the future")
 		fs.BoolVar(&producerOnly, "producer-only", false, "only schedule (workers run elsewhere)")
 		fs.BoolVar(&workersOnly, "workers-only", false, "only run dispatchers and workers")
+	}
+	if scenario == "throughput" {
+		fs.IntVar(&httpWorkers, "http-workers", 0, "workers over the pull protocol (HTTP) instead of the Go worker; 0: the Go worker")
+		fs.IntVar(&claimMax, "claim-max", bench.DefaultClaimMax, "runs an HTTP worker claims per request (with --http-workers)")
 	}
 	if scenario == "ingest" {
 		fs.StringVar(&api, "api", "", "base URL of a running API (default: an in-process server on a free loopback port)")
@@ -191,7 +203,10 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		res, err = bench.Fire(ctx, bench.FireConfig{Common: common, Jobs: jobs, Window: window, Lead: lead,
 			Concurrency: concurrency, Payload: payload, Pending: pending, ProducerOnly: producerOnly, WorkersOnly: workersOnly})
 	case "throughput":
-		res, err = bench.Throughput(ctx, bench.ThroughputConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload})
+		res, err = bench.Throughput(ctx, bench.ThroughputConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload,
+			HTTPWorkers: httpWorkers, ClaimMax: claimMax})
+	case "push":
+		res, err = bench.Push(ctx, bench.PushConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload})
 	case "memory":
 		res, err = bench.Memory(ctx, bench.MemoryConfig{Common: common, Jobs: jobs, Payload: payload})
 	case "bare":

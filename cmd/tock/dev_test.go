@@ -245,3 +245,23 @@ func TestDev_WithoutWorker(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// The throughput scenario over HTTP workers and the push scenario, small, on the
+// embedded Redis.
+func TestBench_HTTPWorkersAndPushFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	r := runTock(t, context.Background(), nil, "", "bench", "throughput", "--jobs", "200", "--http-workers", "2", "--claim-max", "30", "--shards", "4", "--json")
+	require.NoError(t, r.err, r.errOut)
+	tp := decodeJSON[bench.ThroughputResult](t, r.out)
+	require.Equal(t, 200, tp.Processed)
+	require.Equal(t, 2, tp.HTTPWorkers)
+	require.Zero(t, tp.Duplicates)
+
+	r = runTock(t, context.Background(), nil, "", "bench", "push", "--jobs", "200", "--concurrency", "8", "--shards", "4", "--json")
+	require.NoError(t, r.err, r.errOut)
+	p := decodeJSON[bench.PushResult](t, r.out)
+	require.Equal(t, "push", p.Scenario)
+	require.Equal(t, 200, p.Delivered)
+	require.Zero(t, p.BadSignatures)
+	require.Positive(t, p.DeliveriesPerSec)
+}

@@ -55,7 +55,7 @@ Usage:
   tock queues [--watch] | tock queues pause|resume QUEUE...
       Queue figures (--watch redraws every 2s, and keeps trying while the API is down),
       or stop and restart claiming from a queue.
-  tock bench fire|throughput|memory|ingest|bare [flags]
+  tock bench fire|throughput|push|memory|ingest|bare|ui [flags]
       Run the load generator and print its figures as JSON (see bench/README.md).
   tock version
       Print the version, the commit it was built from and the Go version (or tock --version).

@@ -16,6 +16,10 @@
 // claim or ack had not reached the replica can run twice. The same kill with the
 // default durability is run too, and what it lost is reported, not asserted.
 //
+// TestPushFailures (push_test.go) does the same for the push executor on a standalone
+// redis-server: a kill -9 of one of two executor processes, and an endpoint that
+// answers 500 until the host's breaker opens.
+//
 // Each scenario logs a line "figures: {...}" (JSON); TOCK_FAILTEST_REPORT=path appends
 // them to a file.
 package failtest
@@ -49,7 +53,7 @@ import (
 
 // Environment of a child process.
 const (
-	envRole      = "TOCK_FAILTEST_ROLE" // worker
+	envRole      = "TOCK_FAILTEST_ROLE" // worker or executor
 	envSeeds     = "TOCK_FAILTEST_SEEDS"
 	envNamespace = "TOCK_FAILTEST_NAMESPACE"
 	envOut       = "TOCK_FAILTEST_OUT" // worker: file of handled runs
@@ -71,6 +75,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envRole) {
 	case "worker":
 		os.Exit(child(runWorker))
+	case "executor":
+		os.Exit(child(runExecutor))
 	}
 	redistest.Main(m)
 }
