@@ -93,7 +93,7 @@ var patterns = [numRoutes]string{
 	rRunCancel:     "/v1/runs/{run}:cancel",
 
 	rBreakers: "/v1/breakers",
-	rAudit: "/v1/audit",
+	rAudit:    "/v1/audit",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
