@@ -282,6 +282,14 @@ func TestBrowser_Dashboard(t *testing.T) {
 		// And a button of the page acts.
 		run(t, chromedp.Click("#act-resume", chromedp.ByID), chromedp.WaitVisible("#act-pause", chromedp.ByID))
 		require.Equal(t, job.StateScheduled, state("nightly"))
+		// Cancel from a job's page: its state changes on the page, without a reload.
+		run(t, chromedp.Navigate(base+"/ui/jobs/bulk-2"), chromedp.WaitVisible("#act-cancel", chromedp.ByID), noConfirm,
+			chromedp.Evaluate(`window.__loaded = true`, nil), chromedp.Click("#act-cancel", chromedp.ByID),
+			chromedp.WaitVisible("#job-state.cancelled", chromedp.ByQuery))
+		var same bool
+		run(t, chromedp.Evaluate(`window.__loaded === true`, &same))
+		require.True(t, same, "the page was not reloaded")
+		require.Equal(t, job.StateCancelled, state("bulk-2"))
 	})
 
 	t.Run("CrossSiteFormRefused", func(t *testing.T) {

@@ -17,6 +17,39 @@
     }
   });
 
+  // A job's actions without a reload: the form is posted with fetch, and the page's live
+  // updates show what changed (a delete goes back to the search, as the server's redirect
+  // says). Without this script the form posts and the page reloads.
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    // getAttribute: the form's controls named "id" and "action" shadow form.id and
+    // form.action.
+    if (form.getAttribute("id") !== "job-actions" || !e.submitter || !window.fetch) return;
+    e.preventDefault();
+    var data = new FormData(form);
+    data.append(e.submitter.name, e.submitter.value);
+    var status = document.getElementById("action-status");
+    if (!status) {
+      status = document.createElement("p");
+      status.id = "action-status";
+      form.after(status);
+    }
+    status.textContent = e.submitter.value + "…";
+    fetch(form.getAttribute("action"), { method: "POST", body: new URLSearchParams(data), credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) {
+          status.textContent = e.submitter.value + " failed: HTTP " + r.status;
+          return;
+        }
+        if (new URL(r.url).pathname !== window.location.pathname) {
+          window.location.assign(r.url);
+          return;
+        }
+        status.textContent = e.submitter.value + ": done";
+      })
+      .catch(function (err) { status.textContent = e.submitter.value + " failed: " + err.message; });
+  });
+
   // Select all rows of a table.
   document.addEventListener("change", function (e) {
     if (!e.target.classList.contains("select-all")) return;
