@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -255,6 +256,47 @@ func TestBrowser_Dashboard(t *testing.T) {
 		var still bool
 		run(t, chromedp.Evaluate(`window.__notReloaded === true`, &still), screenshot(shots, "overview"))
 		require.True(t, still, "updated in place, without a reload")
+	})
+
+	// A hidden tab closes its stream and opens it again when shown; a browser without
+	// EventSource polls, and still sees the count change.
+	t.Run("HiddenTabAndPollingFallback", func(t *testing.T) {
+		create := func(id string) {
+			t.Helper()
+			req, err := http.NewRequest("POST", base+"/v1/jobs", strings.NewReader(`{"id":"`+id+`","queue":"notify","type":"mail","schedule":{"delay":"1h"}}`))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+writeToken)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			res.Body.Close()
+			require.Equal(t, http.StatusCreated, res.StatusCode)
+		}
+		setHidden := func(hidden bool) chromedp.Action {
+			return chromedp.Evaluate(`Object.defineProperty(document, "hidden", {value: `+strconv.FormatBool(hidden)+`, configurable: true});
+				document.dispatchEvent(new Event("visibilitychange"))`, nil)
+		}
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery),
+			setHidden(true), chromedp.WaitVisible(`#live-status[data-state="paused"]`, chromedp.ByQuery),
+			setHidden(false), chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery))
+
+		// Without EventSource (removed before the page's script runs): polling.
+		var id cdppage.ScriptIdentifier
+		run(t, chromedp.ActionFunc(func(ctx context.Context) error {
+			var err error
+			id, err = cdppage.AddScriptToEvaluateOnNewDocument(`delete window.EventSource`).Do(ctx)
+			return err
+		}))
+		defer run(t, chromedp.ActionFunc(func(ctx context.Context) error {
+			return cdppage.RemoveScriptToEvaluateOnNewDocument(id).Do(ctx)
+		}))
+		cell := `document.querySelector('#queues tr[data-queue="notify"] td.n').textContent.trim()`
+		var before string
+		run(t, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(`#live-status[data-state="polling"]`, chromedp.ByQuery),
+			chromedp.Evaluate(cell, &before))
+		n, err := strconv.Atoi(before)
+		require.NoError(t, err)
+		create("poll-1")
+		run(t, chromedp.Poll(cell+` === "`+strconv.Itoa(n+1)+`"`, nil))
 	})
 
 	t.Run("SchedulesAndAuditLog", func(t *testing.T) {

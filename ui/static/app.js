@@ -153,6 +153,8 @@
   // Live updates: one event stream per page, closed while the tab is hidden; polling
   // every 5 s when streams fail.
   var url = document.body.getAttribute("data-live");
+  // page is the page's parameter of the stream's URL, as the server wrote it (encoded).
+  var page = url ? url.replace(/^\/ui\/events\?page=/, "") : "";
   var es = null, poll = null, failures = 0, updates = 0;
   var light = document.getElementById("live-status");
   function setStatus(s) { if (light) { light.textContent = s; light.setAttribute("data-state", s); } }
@@ -171,7 +173,7 @@
     setStatus("polling");
     poll = setInterval(function () {
       if (document.hidden) return;
-      fetch("/ui/events?once=1&page=" + encodeURIComponent(url), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      fetch("/ui/events?once=1&page=" + page, { credentials: "same-origin", headers: { "Accept": "application/json" } })
         .then(function (r) { if (r.status === 401) { location.reload(); } return r.ok ? r.text() : null; })
         .then(function (t) { if (t) apply(t); });
     }, 5000);
@@ -190,8 +192,7 @@
   function close() { if (es) { es.close(); es = null; setStatus("paused"); } }
   if (url) {
     // The page was just rendered: the stream starts on its first change.
-    url = url.replace(/^\/ui\/events\?page=/, "");
-    url = "/ui/events?page=" + url;
+    url = "/ui/events?page=" + page;
     document.addEventListener("visibilitychange", function () { if (document.hidden) close(); else open(); });
     if (!document.hidden) open();
   }
