@@ -40,23 +40,11 @@ type BreakerConfig struct {
 func (c BreakerConfig) Enabled() bool { return !c.Disabled }
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
-	if c.Failures == 0 {
-		c.Failures = 5
-	} else if c.Failures < 0 {
-		c.Failures = 0
+	p := c.policy().WithDefaults()
+	if c.Failures >= 0 { // negative stays: no such rule, however often defaults apply
+		c.Failures = p.Failures
 	}
-	if c.MinRequests == 0 {
-		c.MinRequests = 20
-	}
-	if c.Window == 0 {
-		c.Window = time.Minute
-	}
-	if c.Cooldown == 0 {
-		c.Cooldown = 30 * time.Second
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = 2 * time.Minute
-	}
+	c.MinRequests, c.Window, c.Cooldown, c.ProbeTimeout = p.MinRequests, p.Window, p.Cooldown, p.ProbeTimeout
 	return c
 }
 
@@ -106,7 +94,7 @@ func NewBreakers(store *shard.Store, c BreakerConfig, m Metrics) *Breakers {
 	if m == nil {
 		m = noMetrics{}
 	}
-	return &Breakers{store: store, policy: c.withDefaults().policy(), metrics: m}
+	return &Breakers{store: store, policy: c.policy().WithDefaults(), metrics: m}
 }
 
 // Decision is the answer of Allow.

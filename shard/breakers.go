@@ -24,6 +24,30 @@ type BreakerPolicy struct {
 	ProbeTimeout time.Duration // how long a probe is out before another may go
 }
 
+// WithDefaults returns p with the defaults of the fields left zero: 5 consecutive
+// failures (negative: no such rule), 20 attempts a window, a 1m window, a 30s cooldown
+// and a 2m probe timeout. The executor's breakers and the SDK's take these.
+func (p BreakerPolicy) WithDefaults() BreakerPolicy {
+	if p.Failures == 0 {
+		p.Failures = 5
+	} else if p.Failures < 0 {
+		p.Failures = 0
+	}
+	if p.MinRequests == 0 {
+		p.MinRequests = 20
+	}
+	if p.Window == 0 {
+		p.Window = time.Minute
+	}
+	if p.Cooldown == 0 {
+		p.Cooldown = 30 * time.Second
+	}
+	if p.ProbeTimeout == 0 {
+		p.ProbeTimeout = 2 * time.Minute
+	}
+	return p
+}
+
 // BreakerStep is the reply of one breaker step.
 type BreakerStep struct {
 	State string

@@ -33,26 +33,8 @@ type Breaker struct {
 }
 
 func (b Breaker) policy() shard.BreakerPolicy {
-	p := shard.BreakerPolicy{Failures: b.Failures, Ratio: b.Ratio, MinRequests: b.MinRequests,
-		Window: b.Window, Cooldown: b.Cooldown, ProbeTimeout: b.ProbeTimeout}
-	if p.Failures == 0 {
-		p.Failures = 5
-	} else if p.Failures < 0 {
-		p.Failures = 0
-	}
-	if p.MinRequests == 0 {
-		p.MinRequests = 20
-	}
-	if p.Window == 0 {
-		p.Window = time.Minute
-	}
-	if p.Cooldown == 0 {
-		p.Cooldown = 30 * time.Second
-	}
-	if p.ProbeTimeout == 0 {
-		p.ProbeTimeout = 2 * time.Minute
-	}
-	return p
+	return shard.BreakerPolicy{Failures: b.Failures, Ratio: b.Ratio, MinRequests: b.MinRequests,
+		Window: b.Window, Cooldown: b.Cooldown, ProbeTimeout: b.ProbeTimeout}.WithDefaults()
 }
 
 // HandleWithBreaker registers h for jobs of type typ, as Handle does, behind a circuit
