@@ -183,7 +183,10 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.Equal(t, job.StatePaused, state("bulk-10"))
 
 		run(t, chromedp.Navigate(base+"/ui/jobs?q=bulk-&type=sms"), chromedp.WaitVisible("#jobs", chromedp.ByID), noConfirm,
-			chromedp.Click("#bulk-all", chromedp.ByID), chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery), screenshot(shots, "bulk"))
+			chromedp.Click("#bulk-all", chromedp.ByID), chromedp.WaitVisible(".bulk[data-done]", chromedp.ByQuery),
+			// The rows are read again: they show what the action did.
+			chromedp.Poll(`document.querySelector("#jobs tbody").innerText.includes("cancelled") && !document.querySelector("#jobs tbody").innerText.includes("scheduled")`, nil),
+			screenshot(shots, "bulk"))
 		require.Contains(t, text(t, "#bulk-status"), "Done: 10 matched, 10 changed, 0 failed (searched 9 of 9)")
 		var max string
 		var value float64

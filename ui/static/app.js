@@ -72,6 +72,21 @@
     });
   }
 
+  // After a bulk action the rows show what it did: the page's tables are read again (the
+  // search pages have no live stream of their own).
+  function refreshTables() {
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("main table[id]").forEach(function (t) {
+          var fresh = doc.getElementById(t.getAttribute("id"));
+          if (fresh) t.replaceWith(document.importNode(fresh, true));
+        });
+      });
+  }
+
   function bulk(box, all) {
     var kind = box.getAttribute("data-kind");
     var action = box.querySelector(".bulk-action").value;
@@ -102,6 +117,7 @@
         bar.max = 1; bar.value = 1;
         box.removeAttribute("data-busy");
         box.setAttribute("data-done", "1");
+        refreshTables();
       });
     }
     step().catch(function (err) {
