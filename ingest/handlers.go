@@ -510,7 +510,7 @@ func validRun(run string) *apiError {
 	if i < 0 {
 		return invalid("run", "must be <job id>:<due ms>, got "+strconv.Quote(run))
 	}
-	if err := job.ValidateID("run", run[:i], job.MaxIDLen); err != nil {
+	if err := job.ValidateRef("run", run[:i], job.MaxIDLen); err != nil {
 		return normalizeError(err)
 	}
 	if _, err := strconv.ParseUint(run[i+1:], 10, 63); err != nil {

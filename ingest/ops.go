@@ -265,7 +265,7 @@ func (s *Server) bulkJobs(ctx *fasthttp.RequestCtx, _ string) {
 		reply.NextCursor, reply.Progress = next, prog
 	} else {
 		for _, id := range ids {
-			if err := job.ValidateID("ids", id, job.MaxIDLen); err != nil {
+			if err := job.ValidateRef("ids", id, job.MaxIDLen); err != nil {
 				writeError(ctx, normalizeError(err))
 				return
 			}

@@ -262,7 +262,7 @@ func checkParam(r int, p string, bad bool) *apiError {
 			return normalizeError(err)
 		}
 	default:
-		if err := job.ValidateID("id", p, job.MaxIDLen); err != nil {
+		if err := job.ValidateRef("id", p, job.MaxIDLen); err != nil {
 			return normalizeError(err)
 		}
 	}

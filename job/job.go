@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -456,3 +457,41 @@ const (
 	OutcomeSkipped   Outcome = "skipped"   // overlap policy: a previous run was still active
 	OutcomeMissed    Outcome = "missed"    // misfire policy: the occurrence was too late
 )
+
+// NodeSep joins a workflow id and a node id into the id of the node's job
+// (NodeJobID). Ordinary job ids never contain it (ValidateID); the ids of workflows and
+// of their nodes' jobs do (ValidateRef).
+const NodeSep = '@'
+
+// ValidateRef checks the id of an existing job, which may be a workflow node's
+// (NodeJobID): 1 to max bytes of segments separated by '@', each as ValidateID wants it.
+func ValidateRef(field, id string, max int) error {
+	if len(id) > max {
+		return fieldErr(field, "longer than %d bytes", max)
+	}
+	if strings.IndexByte(id, NodeSep) < 0 {
+		return ValidateID(field, id, max)
+	}
+	for seg := range strings.SplitSeq(id, string(NodeSep)) {
+		if seg == "" {
+			return fieldErr(field, "%q: an empty part between '@'s", id)
+		}
+		if err := ValidateID(field, seg, max); err != nil {
+			return fieldErr(field, "%q: %s", id, err.(*FieldError).Msg)
+		}
+	}
+	return nil
+}
+
+// NodeJobID returns the id of the job of node `node` of workflow wf.
+func NodeJobID(wf, node string) string { return wf + string(NodeSep) + node }
+
+// SplitNodeJobID returns the workflow and node ids of a node's job id; ok is false for
+// an ordinary job id.
+func SplitNodeJobID(id string) (wf, node string, ok bool) {
+	i := strings.LastIndexByte(id, NodeSep)
+	if i < 0 {
+		return "", "", false
+	}
+	return id[:i], id[i+1:], true
+}

@@ -16,10 +16,15 @@
 --               the keys of the packed, cold and plain forms that thaw_job changes
 --               (include forms)
 --
--- Returns: { code, state, running }
+-- A workflow's node (an id with '@') that is cancelled ends cancelled in its workflow,
+-- which moves its children (include workflow): a child it releases is made ready.
+--
+-- Returns: { code, state, running, queues }
 --   code 1 cancelled now, 0 already in a final state (state says which), -1 no such job
 --   running  members of runs that were running and must be interrupted
---- @include "forms"
+--   queues   queues that received ready runs (a released child)
+--- @include "cancel"
+--- @include "workflow"
 
 local bucketsKey, deadKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
@@ -28,67 +33,11 @@ local id = ARGV[3]
 local keep = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
 
-local jobKey = P .. 'job:' .. id
--- A packed or cold job becomes a job hash first (forms' thaw_job).
-if redis.call('EXISTS', jobKey) == 0 then
-  thaw_job(P, bucketsKey, bucketMs, id)
+local code, st, running = cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
+if code == 1 and string.find(id, '@', 1, true) then
+  local now, _, nowStr = now_ms()
+  wf_node_end(P, id, 'cancelled', nil, nil, now, nowStr, keep, retention)
 end
-local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'bf', 'q')
-if not j[1] then
-  return { -1, '', {} }
-end
-if final(j[1]) then
-  return { 0, j[1], {} }
-end
-
-local nx = tonumber(j[2]) or 0
-if nx > 0 then
-  unfile_due(P, bucketsKey, bucketMs, id .. ':' .. j[2], nx, j[5])
-end
-
-local running = {}
-local rl = ','
-local fields = {}
-for due in string.gmatch(j[3] or '', '[^,]+') do
-  local member = id .. ':' .. due
-  local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
-  if r.st == 'running' or r.st == 'cancelled' then
-    -- Its worker learns it from the cancel signal or its next heartbeat.
-    r.st = 'cancelled'
-    table.insert(fields, 'r' .. due)
-    table.insert(fields, run_pack(r))
-    table.insert(running, member)
-    rl = rl .. due .. ','
-  else
-    -- Ready (with or without a run field yet), waiting for a retry, or parked.
-    redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
-    if r.st == 'retrying' then
-      unfile_due(P, bucketsKey, bucketMs, member, tonumber(r.ra), j[5])
-    end
-    redis.call('HDEL', jobKey, 'r' .. due)
-  end
-end
-if j[4] and j[4] ~= '' then
-  redis.call('HDEL', jobKey, 'r' .. j[4])
-end
-if #fields > 0 then
-  redis.call('HSET', jobKey, unpack(fields))
-end
--- Dead runs (of a recurring job: a dead one-time job is final and not cancelled).
-local all = redis.call('HGETALL', jobKey)
-for k = 1, #all, 2 do
-  local f = all[k]
-  if string.find(f, '^r%d') and run_get(all[k + 1]).st == 'dead' then
-    local member = id .. ':' .. string.sub(f, 2)
-    if redis.call('ZREM', deadKey, member) == 1 then
-      stat('d', j[5], -1)
-    end
-    redis.call('HDEL', jobKey, f)
-  end
-end
-
-redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')
-hist(jobKey, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
-redis.call('PEXPIRE', jobKey, retention)
+local readied = flush_ready(P)
 flush_stats(P)
-return { 1, 'cancelled', running }
+return { code, st, running, readied }

@@ -47,6 +47,7 @@
 --            shard held (the caller signals the dispatcher), else -1
 --   or -3 in reap mode when the caller does not hold the lease (nothing changed).
 --- @include "forms"
+--- @include "workflow"
 
 local inflightKey, bucketsKey, deadKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P = ARGV[1]
@@ -152,6 +153,9 @@ local function finish(member, outcome, token, errmsg, delay)
         keep_result(jobKey, due)
       end
       redis.call('PEXPIRE', jobKey, retention)
+      if string.find(id, '@', 1, true) then
+        wf_node_end(P, id, 'succeeded', result, att, now, nowStr, keep, retention)
+      end
       return 1
     end
   end
@@ -187,6 +191,7 @@ local function finish(member, outcome, token, errmsg, delay)
       keep_result(jobKey, due)
     end
     redis.call('PEXPIRE', jobKey, retention)
+    wf_node_end(P, id, st == 'cancelled' and 'cancelled' or 'succeeded', result, att, now, nowStr, keep, retention)
     return 1
   end
 
@@ -246,6 +251,7 @@ local function finish(member, outcome, token, errmsg, delay)
     rl = rl_del(rl, due)
     if once then
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'dead', 'rl', rl, 'h', h)
+      wf_node_end(P, id, 'failed', nil, att, now, nowStr, keep, retention)
     else
       local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
       redis.call('HSET', jobKey, rf, run_pack(r), 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
@@ -274,6 +280,9 @@ local function finish(member, outcome, token, errmsg, delay)
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'cancelled', 'rl', rl, 'h', h)
     end
     redis.call('PEXPIRE', jobKey, retention)
+    -- A node cancelled by its worker (do not retry) failed; by a cancel of its job or
+    -- workflow, it was cancelled.
+    wf_node_end(P, id, st == 'cancelled' and 'cancelled' or 'failed', nil, att, now, nowStr, keep, retention)
   else
     local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
     redis.call('HSET', jobKey, 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)

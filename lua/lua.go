@@ -249,6 +249,9 @@ type Scripts struct {
 	RestoreJobs     *Script
 	InitNamespace   *Script
 	BreakerStep     *Script
+	CreateWorkflow  *Script
+	CancelWorkflow  *Script
+	RetryWorkflow   *Script
 }
 
 // Load builds every script. It fails only if an embedded script is malformed.
@@ -277,6 +280,9 @@ func Load() (*Scripts, error) {
 		"restore_jobs":     &s.RestoreJobs,
 		"init_namespace":   &s.InitNamespace,
 		"breaker_step":     &s.BreakerStep,
+		"create_workflow":  &s.CreateWorkflow,
+		"cancel_workflow":  &s.CancelWorkflow,
+		"retry_workflow":   &s.RetryWorkflow,
 	} {
 		src, err := Source(name)
 		if err != nil {

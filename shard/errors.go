@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tockhq/tock/job"
 )
 
 // Errors returned by Store methods. Callers compare with errors.Is.
@@ -53,4 +55,26 @@ type ConfigMismatchError struct {
 func (e *ConfigMismatchError) Error() string {
 	return fmt.Sprintf("namespace %q was initialised with %s=%s, this process is configured with %s=%s",
 		e.Namespace, e.Setting, e.Stored, e.Setting, e.Given)
+}
+
+// NodeError refuses an operation on a workflow node's job that only its workflow may do
+// (pause, resume, trigger, update, delete): the workflow decides when a node runs.
+type NodeError struct {
+	Op       string
+	JobID    string
+	Workflow string
+	Node     string
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("%s job %q: it is node %q of workflow %q, which decides when it runs: cancel or retry the workflow instead",
+		e.Op, e.JobID, e.Node, e.Workflow)
+}
+
+// refuseNode returns a *NodeError when jobID is a workflow node's job.
+func refuseNode(op, jobID string) error {
+	if wf, node, ok := job.SplitNodeJobID(jobID); ok {
+		return &NodeError{Op: op, JobID: jobID, Workflow: wf, Node: node}
+	}
+	return nil
 }

@@ -308,7 +308,7 @@ type Info struct {
 
 // Get returns a job, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, jobID string) (*Info, error) {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return nil, err
 	}
 	id := s.ShardOf(jobID)
@@ -414,7 +414,7 @@ type histEntry struct {
 // Runs returns the recent runs of a job, newest first (at most Config.History), or
 // ErrNotFound when the job does not exist.
 func (s *Store) Runs(ctx context.Context, jobID string) ([]job.Run, error) {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return nil, err
 	}
 	id := s.ShardOf(jobID)
@@ -576,6 +576,14 @@ func decodeSucceeded(r string) (histEntry, error) {
 	return e, nil
 }
 
+// cancelSignals appends a cancel signal per member of a run that was running.
+func (s *Store) cancelSignals(msgs [][2]string, id ID, members []string) [][2]string {
+	for _, m := range members {
+		msgs = append(msgs, [2]string{s.keys.CancelChannel(), strconv.Itoa(int(id)) + " " + m})
+	}
+	return msgs
+}
+
 func (s *Store) jobArgs(id ID, jobID string) []string {
 	return []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), jobID}
 }
@@ -584,7 +592,7 @@ func (s *Store) jobArgs(id ID, jobID string) []string {
 // to stop (their handlers' contexts are cancelled). Cancelling a job that is already
 // finished or cancelled changes nothing and returns its state with changed false.
 func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return "", false, err
 	}
 	id := s.ShardOf(jobID)
@@ -597,9 +605,9 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 	if code := i64(reply[0]); code < 0 {
 		return "", false, codeError(code)
 	}
-	var msgs [][2]string
-	for _, m := range strs(reply[2]) {
-		msgs = append(msgs, [2]string{s.keys.CancelChannel(), strconv.Itoa(int(id)) + " " + m})
+	msgs := s.cancelSignals(nil, id, strs(reply[2]))
+	if len(reply) > 3 {
+		msgs = s.readySignals(msgs, id, strs(reply[3]))
 	}
 	s.publish(ctx, msgs)
 	if replErr != nil {
@@ -613,7 +621,10 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 // their workers, which are told on the cancel channel; a worker's later report of one is
 // refused (ErrTokenMismatch). ErrNotFound when there is no such job.
 func (s *Store) Delete(ctx context.Context, jobID string) error {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := refuseNode("delete", jobID); err != nil {
+		return err
+	}
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return err
 	}
 	id := s.ShardOf(jobID)
@@ -643,7 +654,10 @@ func (s *Store) Delete(ctx context.Context, jobID string) error {
 // Pause stops a job from starting runs until Resume. Pausing a paused or finished job
 // changes nothing (changed false).
 func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := refuseNode("pause", jobID); err != nil {
+		return "", false, err
+	}
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return "", false, err
 	}
 	id := s.ShardOf(jobID)
@@ -678,6 +692,9 @@ func lfOf(lf string) time.Time {
 // one-time job fires at its time (at once when that has passed). Resuming a job that is
 // not paused changes nothing (changed false).
 func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
+	if err := refuseNode("resume", jobID); err != nil {
+		return "", false, err
+	}
 	info, err := s.Get(ctx, jobID)
 	if err != nil {
 		return "", false, err
@@ -734,7 +751,10 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 // one-time job that has not fired yet fires now. It returns the new run's member, or a
 // *StateError when the job is paused, finished, or a one-time job already under way.
 func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err error) {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := refuseNode("trigger", jobID); err != nil {
+		return "", err
+	}
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return "", err
 	}
 	id := s.ShardOf(jobID)

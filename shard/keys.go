@@ -87,6 +87,13 @@ func (k *Keys) Epoch(id ID) string { return k.prefixes[id] + "epoch" }
 // history (field 'h', and 'hs' naming a one-time job's last, succeeded run). // HASH
 func (k *Keys) Job(id ID, jobID string) string { return k.prefixes[id] + "job:" + jobID }
 
+// Workflow is the hash of workflow wf on its shard (lua/include/workflow.lua).
+func (k *Keys) Workflow(id ID, wf string) string { return k.prefixes[id] + "wf:" + wf }
+
+// WorkflowDefinition is the hash of a scheduled workflow's running and buffered
+// instances on its shard.
+func (k *Keys) WorkflowDefinition(id ID, def string) string { return k.prefixes[id] + "wfd:" + def }
+
 // The keys of the storage forms other than the job hash (lua/include/forms.lua lists the
 // forms; docs/architecture.md shows how a job moves between them).
 

@@ -257,7 +257,10 @@ var defFields = []string{"q", "t", "p", "p1", "p2", "p3", "p4", "p5", "p6", "p7"
 // its run has fired. Errors: ErrNotFound, a *job.FieldError naming the field at fault,
 // a *StateError when the job's state does not allow the change.
 func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, error) {
-	if err := job.ValidateID("id", jobID, job.MaxIDLen); err != nil {
+	if err := refuseNode("update", jobID); err != nil {
+		return nil, err
+	}
+	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
 		return nil, err
 	}
 	id := s.ShardOf(jobID)
@@ -492,7 +495,7 @@ func (s *Store) readDead(ctx context.Context, id ID, entries []rueidis.ZScore) (
 
 func (s *Store) deadArgs(member string) (ID, error) {
 	jobID, _, ok := SplitMember(member)
-	if !ok || job.ValidateID("run", jobID, job.MaxIDLen) != nil {
+	if !ok || job.ValidateRef("run", jobID, job.MaxIDLen) != nil {
 		return 0, &job.FieldError{Field: "run", Msg: fmt.Sprintf("%q is not a run: want <job id>:<due ms>", member)}
 	}
 	return s.ShardOf(jobID), nil

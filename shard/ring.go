@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/tockhq/tock/job"
 )
 
 // ID numbers a shard, 0 to S-1.
@@ -18,7 +20,16 @@ const DefaultShards = 64
 
 // Of maps a job id onto one of n shards: jump consistent hash of xxhash(jobID). Every
 // shard gets close to 1/n of the ids, and growing n to n+1 moves only 1/(n+1) of them.
+// An id with an '@' (a workflow's, or its nodes' jobs', job.NodeJobID) is mapped by
+// what precedes its first '@', so that a workflow, its nodes and its scheduled
+// definition share a shard; ordinary job ids have no '@'.
 func Of(jobID string, n int) ID {
+	for i := 0; i < len(jobID); i++ {
+		if jobID[i] == job.NodeSep {
+			jobID = jobID[:i]
+			break
+		}
+	}
 	return ID(jump(xxhash.Sum64String(jobID), n))
 }
 

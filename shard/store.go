@@ -76,6 +76,8 @@ type Config struct {
 	Retention time.Duration
 	// MaxPayload bounds a job's payload in bytes. Default 1 MiB.
 	MaxPayload int
+	// MaxNodes bounds the nodes of one workflow. Default 10,000.
+	MaxNodes int
 	// Durability says what accepted writes wait for. Default: AOF and asynchronous
 	// replication only. With Replicas > 0, Timeout defaults to 1s.
 	Durability Durability
@@ -103,6 +105,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Retention == 0 {
 		c.Retention = job.DefaultRetention
+	}
+	if c.MaxNodes == 0 {
+		c.MaxNodes = job.DefaultMaxNodes
 	}
 	if c.MaxPayload == 0 {
 		c.MaxPayload = job.DefaultMaxPayload

@@ -41,7 +41,7 @@ func newRecord(j shard.JobRecord) record {
 
 // job checks r and returns the job it holds, its fields in name order.
 func (r record) job() (shard.JobRecord, error) {
-	if err := job.ValidateID("id", r.ID, job.MaxIDLen); err != nil {
+	if err := job.ValidateRef("id", r.ID, job.MaxIDLen); err != nil {
 		return shard.JobRecord{}, err
 	}
 	if r.Expiry < 0 {

@@ -132,7 +132,7 @@ func pageOfPath(p string) (name, id string, ok bool) {
 		return "", "", false
 	}
 	id, err := url.PathUnescape(raw)
-	if err != nil || job.ValidateID("id", id, job.MaxIDLen) != nil {
+	if err != nil || job.ValidateRef("id", id, job.MaxIDLen) != nil {
 		return "", "", false
 	}
 	return "job", id, true

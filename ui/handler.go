@@ -107,7 +107,7 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 			u.fail(ctx, fasthttp.StatusBadRequest, "not a job id: "+raw)
 			return
 		}
-		if err := job.ValidateID("id", id, job.MaxIDLen); err != nil {
+		if err := job.ValidateRef("id", id, job.MaxIDLen); err != nil {
 			u.fail(ctx, fasthttp.StatusBadRequest, err.Error())
 			return
 		}

@@ -161,7 +161,7 @@ var allStates = []job.State{job.StateWaiting, job.StateScheduled, job.StateReady
 
 func (u *UI) loadJobs(rc context.Context, c *ingest.Client, q url.Values, _ string) (any, error) {
 	d := &jobsData{Q: q.Get("q"), Queue: q.Get("queue"), State: q.Get("state"), Type: q.Get("type"), States: allStates}
-	if d.Q != "" && job.ValidateID("id", d.Q, job.MaxIDLen) == nil && q.Get("cursor") == "" {
+	if d.Q != "" && job.ValidateRef("id", d.Q, job.MaxIDLen) == nil && q.Get("cursor") == "" {
 		// An exact id is one read, whatever the namespace holds.
 		if j, err := c.GetJob(rc, d.Q); err == nil {
 			d.Exact = &j

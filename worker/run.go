@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -30,8 +31,32 @@ type Run struct {
 	// of its time (dispatcher.Config.Lead) waits in the worker until then.
 	StartedAt time.Time
 
-	result []byte // SetResult
+	result []byte       // SetResult
+	store  *shard.Store // ParentResults
 }
+
+// Workflow returns the workflow and node of a run of a workflow's node; ok is false for
+// a run of any other job.
+func (r *Run) Workflow() (workflow, node string, ok bool) { return job.SplitNodeJobID(r.JobID) }
+
+// ParentResults returns, for a run of a workflow's node, the results of its parents that
+// succeeded with one (WithResult or SetResult), by parent node id; nil for a run of any
+// other job or a node without parents.
+func (r *Run) ParentResults(ctx context.Context) (map[string][]byte, error) {
+	if r.store == nil {
+		return nil, nil
+	}
+	return r.store.ParentResults(ctx, r.JobID)
+}
+
+type resultValue struct{ b []byte }
+
+func (resultValue) Error() string { return "result (not an error)" }
+
+// WithResult ends a handler with success and result b, as SetResult(b) and a nil error
+// do: `return worker.WithResult(b)`. A workflow's nodes see it as their parent's result
+// (Run.ParentResults). (Result is the name of what a worker's observer sees.)
+func WithResult(b []byte) error { return resultValue{b} }
 
 // SetResult sets the result of the run: when the handler then returns nil, b is kept
 // with the run for the job's retention (job.Run.Result; the API's run history shows it)
@@ -94,7 +119,7 @@ func (w *Worker) work(a *active) {
 	r := &Run{
 		ID: a.c.Member, JobID: a.c.JobID, Queue: a.queue, Type: a.c.Type, Payload: a.c.Payload,
 		Due: a.c.Due, Attempt: a.c.Attempt, MaxAttempts: a.c.MaxAttempts, Shard: a.c.Shard,
-		ClaimedAt: a.c.ClaimedAt,
+		ClaimedAt: a.c.ClaimedAt, store: w.store,
 	}
 	ctx, cancel := context.WithCancelCause(w.baseCtx)
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, a.c.Timeout, fmt.Errorf("job timeout of %s exceeded", a.c.Timeout))
@@ -130,6 +155,10 @@ func (w *Worker) work(a *active) {
 	cancelTimeout()
 	cancel(nil)
 
+	var rv resultValue
+	if errors.As(err, &rv) {
+		err, r.result = nil, rv.b
+	}
 	f := shard.Finish{Member: a.c.Member, Token: a.c.Token}
 	var ce *cancelError
 	var se *snoozeError
@@ -200,4 +229,29 @@ func (w *Worker) finish(a *active, r *Run, f shard.Finish, started, ended time.T
 	w.mu.Unlock()
 	w.poke()
 	w.reports <- report{a: a, f: f, run: r, started: started, ended: ended, err: herr}
+}
+
+// HandleWorkflows makes the worker start scheduled workflows' instances: it handles the
+// runs of their definitions (job.WorkflowType, on queue job.WorkflowQueue), each of which
+// creates the instance of its occurrence (shard.Store.StartInstance; a second start of
+// the same occurrence finds it). The run's result says what it did. tock server runs one
+// with its dispatcher.
+func (w *Worker) HandleWorkflows() {
+	w.HandleFunc(job.WorkflowType, func(ctx context.Context, r *Run) error {
+		res, err := w.store.StartInstance(ctx, r.JobID, r.Due, r.Payload)
+		if err != nil {
+			return err
+		}
+		what := "created"
+		switch {
+		case res.Skipped:
+			what = "skipped: an instance is running (overlap policy)"
+		case res.Held:
+			what = "buffered: starts when the running instance ends"
+		case !res.Created:
+			what = "existed"
+		}
+		r.SetResult([]byte(`{"instance":"` + res.ID + `","outcome":"` + what + `"}`))
+		return nil
+	})
 }

@@ -264,6 +264,8 @@ func (ws *devWorkers) serve(ctx context.Context, queue string) error {
 		return err
 	}
 	registerDemoHandlers(w)
+	// A dev worker may follow the queue of scheduled workflows' definitions too.
+	w.HandleWorkflows()
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("dev: start the worker of queue %q: %w", queue, err)
 	}

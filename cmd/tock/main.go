@@ -139,6 +139,16 @@ type running struct {
 // stop stops what r holds, in shutdown order, and forgets it. Each step is logged and
 // bounded by its own timeout; ctx may be done already (steps run on a context without
 // its cancellation). A failed step does not stop the next: stop returns every error.
+// addWorkers adds a stop of workers to r.workers; they stop one after another.
+func (r *running) addWorkers(stop func(context.Context) error) {
+	prev := r.workers
+	if prev == nil {
+		r.workers = stop
+		return
+	}
+	r.workers = func(ctx context.Context) error { return errors.Join(prev(ctx), stop(ctx)) }
+}
+
 func (r *running) stop(ctx context.Context, logger *slog.Logger, timeout time.Duration) error {
 	type step struct {
 		name string

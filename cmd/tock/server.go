@@ -23,9 +23,11 @@ import (
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/egress"
 	"github.com/tockhq/tock/internal/prom"
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/snapshot"
 	"github.com/tockhq/tock/ui"
+	"github.com/tockhq/tock/worker"
 )
 
 // runServer runs tock server: the API and a dispatcher, or one of them (--roles).
@@ -103,6 +105,17 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 			return fail(fmt.Errorf("start dispatcher: %w", err))
 		}
 		r.d = d
+		// Scheduled workflows: their definitions' runs start instances.
+		starter, err := worker.New(worker.Config{Store: store, Queues: []string{job.WorkflowQueue}, Concurrency: 4,
+			ID: "workflows-" + cfg.name, Logger: logger})
+		if err != nil {
+			return fail(err)
+		}
+		starter.HandleWorkflows()
+		if err := starter.Start(context.WithoutCancel(ctx)); err != nil {
+			return fail(fmt.Errorf("start the workflow starter: %w", err))
+		}
+		r.addWorkers(starter.Stop)
 		switch {
 		case cfg.snapshotEvery > 0:
 			r.snapshots = startSnapshots(ctx, store, cfg, logger)
@@ -129,7 +142,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 		if err := e.Start(context.WithoutCancel(ctx)); err != nil {
 			return fail(fmt.Errorf("start the push executor: %w", err))
 		}
-		r.workers = e.Stop
+		r.addWorkers(e.Stop)
 	}
 	metricsAddr := ""
 	if cfg.metricsHTTP != "" {

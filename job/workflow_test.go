@@ -1,0 +1,85 @@
+package job
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func wfNode(id string, deps ...string) Node {
+	return Node{Job: Job{ID: id, Type: "t"}, DependsOn: deps}
+}
+
+// Submit-time validation names the node at fault: unknown dependency, a cycle (named),
+// a duplicate id, too many nodes, a schedule on a node, a bad rule.
+func TestWorkflow_NormalizeErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		w     Workflow
+		field string
+		msg   string
+	}{
+		"unknown dependency": {Workflow{ID: "w", Jobs: []Node{wfNode("a"), wfNode("b", "c")}}, "jobs[1].depends_on", `node "b" depends on "c", which is no node of the workflow`},
+		"cycle": {Workflow{ID: "w", Jobs: []Node{wfNode("root"), wfNode("a", "root", "c"), wfNode("b", "a"), wfNode("c", "b")}},
+			"jobs", "dependency cycle: a → b → c → a"},
+		"self":      {Workflow{ID: "w", Jobs: []Node{wfNode("a", "a")}}, "jobs", "dependency cycle: a → a"},
+		"duplicate": {Workflow{ID: "w", Jobs: []Node{wfNode("a"), wfNode("b"), wfNode("a")}}, "jobs[2].id", `duplicate node id "a" (also jobs[0])`},
+		"twice":     {Workflow{ID: "w", Jobs: []Node{wfNode("a"), wfNode("b", "a", "a")}}, "jobs[1].depends_on", `node "b" names "a" twice`},
+		"no id":     {Workflow{ID: "w", Jobs: []Node{wfNode("")}}, "jobs[0].id", "is required: a node is named by its id"},
+		"node @":    {Workflow{ID: "w", Jobs: []Node{wfNode("a@b")}}, "jobs[0].id", `"a@b": character '@' at 1 is not one of A-Z a-z 0-9 . _ ~ -`},
+		"id @":      {Workflow{ID: "w@1", Jobs: []Node{wfNode("a")}}, "id", `"w@1": character '@' at 1 is not one of A-Z a-z 0-9 . _ ~ -`},
+		"empty":     {Workflow{ID: "w"}, "jobs", "a workflow needs at least one job"},
+		"schedule": {Workflow{ID: "w", Jobs: []Node{{Job: Job{ID: "a", Type: "t", Schedule: Schedule{Cron: "* * * * *"}}}}},
+			"jobs[0].schedule", `node "a": a node has no schedule: it starts when its rule is met`},
+		"rule": {Workflow{ID: "w", Jobs: []Node{{Job: Job{ID: "a", Type: "t"}, Rule: "most_success"}}},
+			"jobs[0].rule", `node "a": must be all_success, all_done, one_success, one_failed or none_failed, got "most_success"`},
+		"type":          {Workflow{ID: "w", Jobs: []Node{{Job: Job{ID: "a"}}}}, "jobs[0].type", `node "a": is required (or a target)`},
+		"overlap alone": {Workflow{ID: "w", Jobs: []Node{wfNode("a")}, Overlap: OverlapAllow}, "schedule", "overlap and misfire apply to a scheduled workflow only: a cron schedule is required"},
+		"not cron":      {Workflow{ID: "w", Jobs: []Node{wfNode("a")}, Schedule: &Schedule{Now: true}}, "schedule", "a workflow's schedule is a cron expression (with an optional timezone)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.w.Normalize(0, 0)
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tc.field, fe.Field)
+			require.Equal(t, tc.msg, fe.Msg)
+		})
+	}
+
+	var many []Node
+	for i := range 11 {
+		many = append(many, wfNode("n"+strconv.Itoa(i)))
+	}
+	err := (&Workflow{ID: "w", Jobs: many}).Normalize(10, 0)
+	require.EqualError(t, err, "jobs: 11 jobs is over the limit of 10")
+}
+
+// Normalize orders nodes parents first, keeping the given order where it may, and fills
+// the defaults; a normalised workflow normalises again unchanged.
+func TestWorkflow_NormalizeOrders(t *testing.T) {
+	w := Workflow{ID: "w", Jobs: []Node{wfNode("load", "transform", "audit"), wfNode("audit"), wfNode("extract"), wfNode("transform", "extract")}}
+	require.NoError(t, w.Normalize(0, 0))
+	var ids []string
+	for _, n := range w.Jobs {
+		ids = append(ids, n.ID)
+		require.Equal(t, RuleAllSuccess, n.Rule)
+		require.True(t, n.Schedule.Now)
+	}
+	require.Equal(t, []string{"audit", "extract", "transform", "load"}, ids)
+	again := w
+	require.NoError(t, again.Normalize(0, 0))
+	require.Equal(t, w, again)
+	require.Equal(t, map[string][]string{"audit": {"load"}, "extract": {"transform"}, "transform": {"load"}}, w.Children())
+}
+
+func TestValidateRef(t *testing.T) {
+	require.NoError(t, ValidateRef("id", "wf@node", MaxIDLen))
+	require.NoError(t, ValidateRef("id", "def@1700000000000@node", MaxIDLen))
+	require.NoError(t, ValidateRef("id", "plain", MaxIDLen))
+	require.EqualError(t, ValidateRef("id", "wf@", MaxIDLen), `id: "wf@": an empty part between '@'s`)
+	require.EqualError(t, ValidateRef("id", "w f@x", MaxIDLen), `id: "w f@x": "w f": character ' ' at 1 is not one of A-Z a-z 0-9 . _ ~ -`)
+	wf, node, ok := SplitNodeJobID(NodeJobID("def@17", "n"))
+	require.True(t, ok)
+	require.Equal(t, "def@17", wf)
+	require.Equal(t, "n", node)
+}

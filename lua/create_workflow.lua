@@ -1,0 +1,101 @@
+-- create_workflow: store a workflow and its nodes' jobs, and release its roots.
+--
+-- KEYS[1] workflow  HASH    P..'wf:'..id (include workflow describes it)
+-- ARGV[1] prefix    string  shard key prefix
+-- ARGV[2] id        string  workflow id
+-- ARGV[3] dh        string  definition hash (stored as 'dh'; compared by the caller)
+-- ARGV[4] def       string  scheduled instance: its definition's id; '' for a workflow
+--                           created on its own
+-- ARGV[5] overlap   'allow' | 'skip' | 'buffer_one'  a scheduled instance's overlap
+--                           policy against its definition's running instances
+-- ARGV[6] n         count   nodes that follow, parents before children
+-- then per node:
+--   node      string  node id
+--   rule      string  all_success | all_done | one_success | one_failed | none_failed
+--   parents   string  parent node ids, comma separated ('' a root)
+--   children  string  child node ids, comma separated
+--   dh        string  the node job's definition hash
+--   ndef      count   field/value pairs of its job definition that follow (create_jobs')
+--   ndef*2    field, value ...
+--
+-- Derived keys: P..'job:'..wf..'@'..node, P..'ready:'..queue, P..'stats', P..'wfd:'..def
+--
+-- A node's job hash is made 'waiting'; a root's gets its run at once (ready), unless the
+-- instance is held (overlap buffer_one behind a running instance).
+--
+-- Returns: { status, state, dh, queues }
+--   status 1 created, 0 the id existed (state and dh are the existing workflow's),
+--          2 skipped (overlap skip, or buffer_one with an instance buffered already)
+--   queues queues that received ready runs
+--- @include "workflow"
+
+local wk = KEYS[1]
+local P = ARGV[1]
+local wf = ARGV[2]
+local dh = ARGV[3]
+local def = ARGV[4]
+local overlap = ARGV[5]
+local n = tonumber(ARGV[6])
+
+local w = redis.call('HMGET', wk, 'st', 'dh')
+if w[1] then
+  return { 0, w[1], w[2] or '', {} }
+end
+local now, _, nowStr = now_ms()
+
+local hold = false
+if def ~= '' then
+  local dk = P .. 'wfd:' .. def
+  local d = redis.call('HMGET', dk, 'act', 'bf')
+  if runs_active(d[1]) and overlap ~= 'allow' then
+    if overlap ~= 'buffer_one' or (d[2] and d[2] ~= '') then
+      return { 2, '', '', {} }
+    end
+    hold = true
+    redis.call('HSET', dk, 'bf', wf)
+  else
+    redis.call('HSET', dk, 'act', rl_add(d[1] or ',', wf))
+  end
+end
+
+local names = {}
+local i = 7
+for c = 1, n do
+  local node, rule, parents, children, ndh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local ndef = tonumber(ARGV[i + 5])
+  local defStart = i + 6
+  local defEnd = defStart + ndef * 2 - 1
+  i = defEnd + 1
+  names[c] = node
+  local np = 0
+  for _ in string.gmatch(parents, '[^,]+') do
+    np = np + 1
+  end
+  local id = wf .. '@' .. node
+  local jobKey = P .. 'job:' .. id
+  -- A job left from an earlier workflow of this id, which expired before its nodes
+  -- could not be (see include workflow): replaced.
+  redis.call('DEL', jobKey)
+  local st, rel = 'waiting', ''
+  if np == 0 and not hold then
+    st, rel = 'released', nowStr
+  end
+  if ndef > 0 then
+    redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',', unpack(ARGV, defStart, defEnd))
+  else
+    redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',')
+  end
+  if st == 'released' then
+    wf_release(P, id, nowStr)
+  end
+  redis.call('HSET', wk, 's:' .. node, wf_pack({ st = st, rule = rule, np = np, ok = 0, bad = 0, skip = 0,
+    rel = rel, en = '', att = '' }), 'p:' .. node, parents, 'c:' .. node, children)
+end
+redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', n, 'bad', 0,
+  'nodes', table.concat(names, ','))
+if hold then
+  redis.call('HSET', wk, 'hold', '1')
+end
+local readied = flush_ready(P)
+flush_stats(P)
+return { 1, 'running', dh, readied }

@@ -1,0 +1,247 @@
+-- workflow: a workflow's state on its shard, and how the end of one node moves its
+-- children in the same call (no loop scans workflows). A workflow's nodes are jobs whose
+-- ids are the workflow id, '@' and the node id (job.NodeJobID); ordinary job ids have no
+-- '@', and shard.Of routes an id with one by what precedes its first '@', so a workflow,
+-- its nodes and (for a scheduled one) its definition share one shard.
+--
+--   P..'wf:'..wf   HASH  the workflow:
+--     'st'     running | succeeded | failed | cancelled
+--     'dh'     definition hash (compared by the caller, as for jobs)
+--     'cr'     created ms;  'en' ended ms (when it ended)
+--     'n'      nodes;  'left' nodes not ended;  'bad' nodes failed, cancelled or
+--              upstream_failed
+--     'nodes'  the node ids in submission order, comma separated
+--     'hold'   '1' while a buffered instance waits for its definition's active one
+--              (overlap buffer_one): its roots are released when that one ends
+--     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
+--              state   waiting (its rule undecided), released (its job runs its course:
+--                      the job says ready, running or retrying), succeeded, failed,
+--                      cancelled, upstream_failed, skipped
+--              rule    all_success | all_done | one_success | one_failed | none_failed
+--              np      parents; ok, bad, skip: parents that ended succeeded, not
+--                      succeeded (failed, cancelled, upstream_failed), skipped
+--              rel     when it was released (ms), end when it ended, att its attempts
+--     'p:'..n  its parents, comma separated ('' for a root)
+--     'c:'..n  its children, comma separated
+--     'x:'..n  the result of a succeeded node
+--   P..'wfd:'..def HASH  a scheduled workflow's instances: 'act' the running instances
+--                        (",i1,i2,"), 'bf' the buffered one (overlap buffer_one)
+--
+-- A node's job hash is made 'waiting' (no run) and gets its one run when released
+-- (wf_release). A node that will not run ends its job 'cancelled' with a history entry
+-- saying why. A workflow hash expires `retention` after the workflow ends, never before
+-- its nodes' jobs (which expire `retention` after each ends).
+--- @include "common"
+
+local WF_NODE = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$'
+
+local function wf_get(v)
+  local st, rule, np, ok, bad, skip, rel, en, att = string.match(v or '', WF_NODE)
+  if not st then
+    return nil
+  end
+  return { st = st, rule = rule, np = tonumber(np) or 0, ok = tonumber(ok) or 0, bad = tonumber(bad) or 0,
+    skip = tonumber(skip) or 0, rel = rel, en = en, att = att }
+end
+
+local function wf_pack(n)
+  return n.st .. '|' .. n.rule .. '|' .. num(n.np) .. '|' .. num(n.ok) .. '|' .. num(n.bad) .. '|' ..
+    num(n.skip) .. '|' .. n.rel .. '|' .. n.en .. '|' .. n.att
+end
+
+-- wf_split returns the workflow id and the node id of a node's job id, nil for any other.
+local function wf_split(id)
+  return string.match(id, '^(.+)@([^@]+)$')
+end
+
+-- wf_decide applies node n's rule to its parents' outcomes so far: 'run', a final state
+-- ('upstream_failed' or 'skipped') when the rule can no longer be met, or nil to wait.
+local function wf_decide(n)
+  local rule, np, ok, bad, skip = n.rule, n.np, n.ok, n.bad, n.skip
+  local done = ok + bad + skip
+  if np == 0 then
+    return 'run'
+  end
+  if rule == 'all_done' then
+    return done == np and 'run' or nil
+  elseif rule == 'one_success' then
+    if ok > 0 then
+      return 'run'
+    end
+    if done == np then
+      return bad > 0 and 'upstream_failed' or 'skipped'
+    end
+  elseif rule == 'one_failed' then
+    if bad > 0 then
+      return 'run'
+    end
+    if done == np then
+      return 'skipped'
+    end
+  elseif rule == 'none_failed' then
+    if bad > 0 then
+      return 'upstream_failed'
+    end
+    if done == np then
+      return 'run'
+    end
+  else -- all_success
+    if bad > 0 then
+      return 'upstream_failed'
+    end
+    -- A skipped parent decides only once every parent ended: a later failure makes the
+    -- node upstream_failed, whatever the order the parents end in.
+    if done == np then
+      return skip > 0 and 'skipped' or 'run'
+    end
+  end
+  return nil
+end
+
+-- wf_release gives node job id its one run, due now, unless the job is not waiting.
+local function wf_release(P, id, nowStr)
+  local jobKey = P .. 'job:' .. id
+  local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
+  if j[1] ~= 'waiting' then
+    return
+  end
+  new_run(id, nowStr, j[2], j[3])
+  redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
+end
+
+-- wf_end_job ends a node's job that will not run (still waiting, no run): cancelled,
+-- with a history entry that says why, expiring after retention.
+local function wf_end_job(P, id, why, now, keep, retention)
+  local jobKey = P .. 'job:' .. id
+  if redis.call('HGET', jobKey, 'st') ~= 'waiting' then
+    return
+  end
+  local h = hist_push(redis.call('HGET', jobKey, 'h'), keep, { d = now, e = now, o = 'cancelled', er = why })
+  redis.call('HSET', jobKey, 'st', 'cancelled', 'rl', ',', 'h', h)
+  redis.call('PEXPIRE', jobKey, retention)
+end
+
+-- wf_category is how a node's end counts for its children's rules.
+local function wf_category(st)
+  if st == 'succeeded' then
+    return 'ok'
+  elseif st == 'skipped' then
+    return 'skip'
+  end
+  return 'bad'
+end
+
+-- wf_hold_release releases the roots of a held (buffered) instance.
+local function wf_hold_release(P, wk, wf, nowStr)
+  redis.call('HDEL', wk, 'hold')
+  for node in string.gmatch(redis.call('HGET', wk, 'nodes') or '', '[^,]+') do
+    local f = 's:' .. node
+    local n = wf_get(redis.call('HGET', wk, f))
+    if n and n.st == 'waiting' and n.np == 0 then
+      n.st, n.rel = 'released', nowStr
+      redis.call('HSET', wk, f, wf_pack(n))
+      wf_release(P, wf .. '@' .. node, nowStr)
+    end
+  end
+end
+
+-- wf_finished ends workflow wf, every node of which has ended: cancelled when it was
+-- cancelled, failed when a node failed, was cancelled or upstream_failed, else
+-- succeeded. A scheduled instance leaves its definition's active set, and the buffered
+-- instance, if any, starts.
+local function wf_finished(P, wk, wf, now, nowStr, retention)
+  local w = redis.call('HMGET', wk, 'st', 'bad')
+  local st = w[1]
+  if st == 'running' then
+    st = (tonumber(w[2]) or 0) > 0 and 'failed' or 'succeeded'
+  end
+  redis.call('HSET', wk, 'st', st, 'en', nowStr)
+  redis.call('PEXPIRE', wk, retention)
+  local def = string.match(wf, '^([^@]+)@')
+  if def then
+    local dk = P .. 'wfd:' .. def
+    local d = redis.call('HMGET', dk, 'act', 'bf')
+    local act = rl_del(d[1] or ',', wf)
+    if d[2] == wf then
+      -- The buffered instance itself ended (cancelled before it started).
+      redis.call('HSET', dk, 'bf', '')
+    elseif d[2] and d[2] ~= '' and not runs_active(act) then
+      act = rl_add(act, d[2])
+      redis.call('HSET', dk, 'bf', '')
+      wf_hold_release(P, P .. 'wf:' .. d[2], d[2], nowStr)
+    end
+    redis.call('HSET', dk, 'act', act)
+  end
+end
+
+-- wf_mark ends node `node` of workflow wf (hash wk) as st unless it ended already, and
+-- moves its descendants: a child whose rule is met is released, one whose rule can no
+-- longer be met ends at once (and so on down). Returns true when the node ended now.
+local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att)
+  local n = wf_get(redis.call('HGET', wk, 's:' .. node))
+  if not n or (n.st ~= 'waiting' and n.st ~= 'released') then
+    return false
+  end
+  n.st, n.en = st, nowStr
+  if att then
+    n.att = num(att)
+  end
+  local bad = 0
+  local ended = 1
+  redis.call('HSET', wk, 's:' .. node, wf_pack(n))
+  if wf_category(st) == 'bad' then
+    bad = 1
+  end
+  -- Depth first over the nodes that end because this one did.
+  local stack = { node, wf_category(st) }
+  while #stack > 0 do
+    local cat = table.remove(stack)
+    local parent = table.remove(stack)
+    local children = redis.call('HGET', wk, 'c:' .. parent) or ''
+    for child in string.gmatch(children, '[^,]+') do
+      local f = 's:' .. child
+      local c = wf_get(redis.call('HGET', wk, f))
+      if c and c.st == 'waiting' then
+        c[cat] = c[cat] + 1
+        local d = wf_decide(c)
+        if d == 'run' then
+          c.st, c.rel = 'released', nowStr
+          wf_release(P, wf .. '@' .. child, nowStr)
+        elseif d then
+          c.st, c.en = d, nowStr
+          ended = ended + 1
+          if d == 'upstream_failed' then
+            bad = bad + 1
+          end
+          wf_end_job(P, wf .. '@' .. child, d == 'skipped' and 'skipped: its rule ' .. c.rule .. ' can no longer be met'
+            or 'upstream failed: its rule ' .. c.rule .. ' can no longer be met', now, keep, retention)
+          stack[#stack + 1] = child
+          stack[#stack + 1] = wf_category(d)
+        end
+        redis.call('HSET', wk, f, wf_pack(c))
+      end
+    end
+  end
+  if bad > 0 then
+    redis.call('HINCRBY', wk, 'bad', bad)
+  end
+  if redis.call('HINCRBY', wk, 'left', -ended) <= 0 then
+    wf_finished(P, wk, wf, now, nowStr, retention)
+  end
+  return true
+end
+
+-- wf_node_end records that node job id's run ended (st: succeeded, failed or cancelled)
+-- after att attempts, with result (a succeeded node's, may be nil), and moves its
+-- workflow. A job that is no node, or whose node ended already, changes nothing.
+local function wf_node_end(P, id, st, result, att, now, nowStr, keep, retention)
+  local wf, node = wf_split(id)
+  if not wf then
+    return
+  end
+  local wk = P .. 'wf:' .. wf
+  if wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att) and result and st == 'succeeded' then
+    -- Its children are claimed after this call: they find it.
+    redis.call('HSET', wk, 'x:' .. node, result)
+  end
+end

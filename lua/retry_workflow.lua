@@ -1,0 +1,105 @@
+-- retry_workflow: run a failed or cancelled workflow again from the nodes that did not
+-- succeed: those nodes' jobs wait again (a failed one leaves the dead-letter set), the
+-- succeeded nodes and their results stay, and every reset node whose rule is met by its
+-- succeeded parents is released at once.
+--
+-- KEYS[1] dead       ZSET  dead-letter set
+-- ARGV[1] prefix     string  shard key prefix
+-- ARGV[2] id         string  workflow id
+-- ARGV[3] keep       count   history entries kept per job
+-- ARGV[4] retention  ms      how long the jobs of nodes that end at once are kept
+--
+-- Derived keys: P..'wf:'..id, P..'wfd:'..def, P..'job:'..id..'@'..node, P..'ready:'..queue,
+--               P..'stats'
+--
+-- Returns: { code, state, queues }
+--   code 1 retried (state 'running'), 0 nothing to retry (state says why: running or
+--   succeeded), -1 no such workflow, -5 a node's job has expired (retention): node id in
+--   state
+--   queues queues that received ready runs
+--- @include "workflow"
+
+local deadKey = KEYS[1]
+local P = ARGV[1]
+local wf = ARGV[2]
+local keep = tonumber(ARGV[3])
+local retention = tonumber(ARGV[4])
+
+local wk = P .. 'wf:' .. wf
+local w = redis.call('HMGET', wk, 'st', 'nodes')
+if not w[1] then
+  return { -1, '', {} }
+end
+if w[1] ~= 'failed' and w[1] ~= 'cancelled' then
+  return { 0, w[1], {} }
+end
+local now, _, nowStr = now_ms()
+local reset, nodes, states = {}, {}, {}
+for node in string.gmatch(w[2] or '', '[^,]+') do
+  local n = wf_get(redis.call('HGET', wk, 's:' .. node))
+  states[node] = n
+  if n.st ~= 'succeeded' then
+    if redis.call('EXISTS', P .. 'job:' .. wf .. '@' .. node) == 0 then
+      return { -5, node, {} }
+    end
+    reset[#reset + 1] = node
+  end
+end
+for _, node in ipairs(reset) do
+  local id = wf .. '@' .. node
+  local jobKey = P .. 'job:' .. id
+  -- Its dead run leaves the dead-letter set; its runs' fields go (the history stays).
+  local all = redis.call('HGETALL', jobKey)
+  local drop = {}
+  for k = 1, #all, 2 do
+    local f = all[k]
+    if string.find(f, '^r%d') then
+      if run_get(all[k + 1]).st == 'dead' and redis.call('ZREM', deadKey, id .. ':' .. string.sub(f, 2)) == 1 then
+        stat('d', redis.call('HGET', jobKey, 'q'), -1)
+      end
+      drop[#drop + 1] = f
+    end
+  end
+  if #drop > 0 then
+    redis.call('HDEL', jobKey, unpack(drop))
+  end
+  redis.call('PERSIST', jobKey)
+  redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'rl', ',')
+  local n = states[node]
+  n.st, n.ok, n.bad, n.skip, n.rel, n.en, n.att = 'waiting', 0, 0, 0, '', '', ''
+  for p in string.gmatch(redis.call('HGET', wk, 'p:' .. node) or '', '[^,]+') do
+    if states[p].st == 'succeeded' then
+      n.ok = n.ok + 1
+    end
+  end
+  redis.call('HSET', wk, 's:' .. node, wf_pack(n))
+end
+redis.call('PERSIST', wk)
+redis.call('HSET', wk, 'st', 'running', 'left', #reset, 'bad', 0)
+redis.call('HDEL', wk, 'en')
+local def = string.match(wf, '^([^@]+)@')
+if def then
+  local dk = P .. 'wfd:' .. def
+  redis.call('HSET', dk, 'act', rl_add(rl_del(redis.call('HGET', dk, 'act') or ',', wf), wf))
+end
+-- Parents before children (the submission order), so that a node that ends at once
+-- (a one_failed node whose parents all succeeded) is counted by its children before
+-- they are decided.
+for _, node in ipairs(reset) do
+  local f = 's:' .. node
+  local n = wf_get(redis.call('HGET', wk, f))
+  if n.st == 'waiting' then
+    local d = wf_decide(n)
+    if d == 'run' then
+      n.st, n.rel = 'released', nowStr
+      redis.call('HSET', wk, f, wf_pack(n))
+      wf_release(P, wf .. '@' .. node, nowStr)
+    elseif d then
+      wf_end_job(P, wf .. '@' .. node, 'skipped: its rule ' .. n.rule .. ' can no longer be met', now, keep, retention)
+      wf_mark(P, wk, wf, node, d, now, nowStr, keep, retention, nil)
+    end
+  end
+end
+local readied = flush_ready(P)
+flush_stats(P)
+return { 1, 'running', readied }

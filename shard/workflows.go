@@ -1,0 +1,488 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/rueidis"
+
+	"github.com/tockhq/tock/job"
+)
+
+// A workflow lives on the shard of its id (Of maps a node's job id, the workflow id, '@'
+// and the node id, to the same shard), in one hash (Keys.Workflow; lua/include/workflow.lua
+// describes it) next to its nodes' jobs, so that the script that ends a node's run also
+// releases or ends its children: finish_runs, cancel_job, create_workflow,
+// cancel_workflow and retry_workflow. No loop scans workflows.
+//
+// A scheduled workflow is a recurring job (job.WorkflowType, queue job.WorkflowQueue)
+// whose payload is the workflow: each of its runs creates an instance of the graph,
+// `<id>@<due ms>` (StartInstance), on the same shard, whose script applies the
+// overlap policy to the definition's running instances.
+
+// ErrWorkflowNotFound is returned for a workflow id that names no workflow.
+var ErrWorkflowNotFound = errors.New("workflow not found")
+
+// maxDefinitionPayload bounds a scheduled workflow's definition (its job's payload).
+const maxDefinitionPayload = 32 << 20
+
+// WorkflowResult is the outcome of creating a workflow.
+type WorkflowResult struct {
+	ID    string
+	Shard ID
+	State job.WorkflowState
+	// Created is false when the id existed; State is then the existing workflow's.
+	Created bool
+	// Conflict is set with Created false when the existing workflow's definition differs.
+	Conflict bool
+	// Skipped is set when a scheduled instance was not created: its definition's overlap
+	// policy (skip, or buffer_one with one buffered already) refused it.
+	Skipped bool
+	// Held is set when a scheduled instance waits for its definition's running instance
+	// (overlap buffer_one).
+	Held bool
+}
+
+// CreateWorkflow stores a workflow and its nodes' jobs and releases its roots, in one
+// script call, or with a Schedule stores its definition, a recurring job whose runs
+// create its instances. w is normalised in place (job.Workflow.Normalize); an invalid
+// workflow is a *job.FieldError naming the node at fault. An id that exists is left as it
+// is (Created false; Conflict when its definition differs).
+func (s *Store) CreateWorkflow(ctx context.Context, w *job.Workflow) (WorkflowResult, error) {
+	if err := w.Normalize(s.cfg.MaxNodes, s.cfg.MaxPayload); err != nil {
+		return WorkflowResult{ID: w.ID}, err
+	}
+	if w.Schedule != nil {
+		return s.createDefinition(ctx, w)
+	}
+	return s.createInstance(ctx, w, "", job.OverlapAllow)
+}
+
+// createDefinition stores a scheduled workflow as its recurring job.
+func (s *Store) createDefinition(ctx context.Context, w *job.Workflow) (WorkflowResult, error) {
+	payload, err := json.Marshal(w)
+	if err != nil {
+		return WorkflowResult{ID: w.ID}, err
+	}
+	if len(payload) > maxDefinitionPayload {
+		return WorkflowResult{ID: w.ID}, &job.FieldError{Field: "jobs", Msg: fmt.Sprintf("the definition's %d bytes are over the limit of %d bytes", len(payload), maxDefinitionPayload)}
+	}
+	def := &job.Job{
+		ID: w.ID, Queue: job.WorkflowQueue, Type: job.WorkflowType, Payload: payload,
+		Schedule: *w.Schedule, Overlap: job.OverlapAllow, Misfire: w.Misfire, MisfireAfter: w.MisfireAfter,
+		Retry: job.RetryPolicy{MaxAttempts: 10},
+	}
+	if err := def.Normalize(maxDefinitionPayload); err != nil {
+		return WorkflowResult{ID: w.ID}, err
+	}
+	rs, err := s.Create(ctx, []*job.Job{def})
+	r := rs[0]
+	if err == nil {
+		err = r.Err
+	}
+	res := WorkflowResult{ID: w.ID, Shard: r.Shard, State: job.WorkflowScheduled, Created: r.Created, Conflict: r.Conflict}
+	return res, err
+}
+
+// StartInstance creates the instance of scheduled workflow def (its definition job's
+// payload, as CreateWorkflow stored it) for the occurrence due: id `<def>@<due ms>`, so
+// that a second start of the same occurrence finds it. The definition's overlap policy
+// applies to its running instances.
+func (s *Store) StartInstance(ctx context.Context, def string, due time.Time, payload []byte) (WorkflowResult, error) {
+	var w job.Workflow
+	if err := json.Unmarshal(payload, &w); err != nil {
+		return WorkflowResult{}, fmt.Errorf("workflow definition %q: %w", def, err)
+	}
+	overlap := w.Overlap
+	w.ID, w.Schedule, w.Overlap, w.Misfire, w.MisfireAfter = def, nil, "", "", 0
+	if err := w.Normalize(s.cfg.MaxNodes, s.cfg.MaxPayload); err != nil {
+		return WorkflowResult{}, fmt.Errorf("workflow definition %q: %w", def, err)
+	}
+	w.ID = InstanceID(def, due)
+	return s.createInstance(ctx, &w, def, overlap)
+}
+
+// InstanceID returns the id of scheduled workflow def's instance for the occurrence due.
+func InstanceID(def string, due time.Time) string {
+	return def + string(job.NodeSep) + strconv.FormatInt(due.UnixMilli(), 10)
+}
+
+func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string, overlap job.Overlap) (WorkflowResult, error) {
+	id := s.ShardOf(w.ID)
+	res := WorkflowResult{ID: w.ID, Shard: id}
+	children := w.Children()
+	h := xxhash.New()
+	args := []string{s.keys.Prefix(id), w.ID, "", def, string(overlap), strconv.Itoa(len(w.Jobs))}
+	for i := range w.Jobs {
+		n := &w.Jobs[i]
+		e, err := encode(&n.Job)
+		if err != nil {
+			return res, err
+		}
+		parents := strings.Join(n.DependsOn, ",")
+		args = append(args, n.ID, string(n.Rule), parents, strings.Join(children[n.ID], ","), e.dh, strconv.Itoa(len(e.def)/2))
+		args = append(args, e.def...)
+		for _, f := range []string{n.ID, string(n.Rule), parents, e.dh} {
+			_, _ = h.WriteString(f)
+			_, _ = h.Write([]byte{0})
+		}
+	}
+	dh := strconv.FormatUint(h.Sum64(), 36)
+	args[2] = dh
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.CreateWorkflow, []string{s.keys.Workflow(id, w.ID)}, args})
+	reply, err := r.ToArray()
+	if err == nil && len(reply) != 4 {
+		err = fmt.Errorf("reply of %d values, want 4", len(reply))
+	}
+	if err != nil {
+		return res, fmt.Errorf("create workflow %q: %w", w.ID, err)
+	}
+	status := i64(reply[0])
+	res.State = job.WorkflowState(str(reply[1]))
+	res.Created = status == 1
+	res.Skipped = status == 2
+	res.Conflict = status == 0 && str(reply[2]) != dh
+	res.Held = res.Created && def != "" && overlap == job.OverlapBufferOne && s.heldInstance(ctx, id, w.ID)
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[3])))
+	if replErr != nil {
+		return res, fmt.Errorf("create workflow %q: %w", w.ID, replErr)
+	}
+	return res, nil
+}
+
+func (s *Store) heldInstance(ctx context.Context, id ID, wf string) bool {
+	v, err := s.c.Do(ctx, s.c.B().Hget().Key(s.keys.Workflow(id, wf)).Field("hold").Build()).ToString()
+	return err == nil && v == "1"
+}
+
+// CancelWorkflow cancels a running workflow at once: its waiting nodes end cancelled,
+// its ready and retrying nodes' runs are removed, and its running nodes' handlers are
+// told (their contexts end; HTTP workers learn it from their heartbeat). Cancelling a
+// workflow that ended changes nothing (changed false). ErrWorkflowNotFound when there is
+// none.
+func (s *Store) CancelWorkflow(ctx context.Context, wf string) (state job.WorkflowState, changed bool, err error) {
+	if err := job.ValidateRef("id", wf, job.MaxWorkflowIDLen); err != nil {
+		return "", false, err
+	}
+	id := s.ShardOf(wf)
+	args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), wf, strconv.Itoa(s.cfg.History),
+		strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.CancelWorkflow, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args})
+	reply, err := r.ToArray()
+	if err == nil && len(reply) != 3 {
+		err = fmt.Errorf("reply of %d values, want 3", len(reply))
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("cancel workflow %q: %w", wf, err)
+	}
+	if i64(reply[0]) == -1 {
+		return "", false, ErrWorkflowNotFound
+	}
+	s.publish(ctx, s.cancelSignals(nil, id, strs(reply[2])))
+	if replErr != nil {
+		return "", false, fmt.Errorf("cancel workflow %q: %w", wf, replErr)
+	}
+	return job.WorkflowState(str(reply[1])), i64(reply[0]) == 1, nil
+}
+
+// RetryWorkflow runs a failed or cancelled workflow again from the nodes that did not
+// succeed; the succeeded ones keep their results. A running or succeeded workflow is
+// left as it is (changed false). A node whose job has expired (Config.Retention) makes
+// it an error.
+func (s *Store) RetryWorkflow(ctx context.Context, wf string) (state job.WorkflowState, changed bool, err error) {
+	if err := job.ValidateRef("id", wf, job.MaxWorkflowIDLen); err != nil {
+		return "", false, err
+	}
+	id := s.ShardOf(wf)
+	args := []string{s.keys.Prefix(id), wf, strconv.Itoa(s.cfg.History), strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.RetryWorkflow, []string{s.keys.Dead(id)}, args})
+	reply, err := r.ToArray()
+	if err == nil && len(reply) != 3 {
+		err = fmt.Errorf("reply of %d values, want 3", len(reply))
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("retry workflow %q: %w", wf, err)
+	}
+	switch i64(reply[0]) {
+	case -1:
+		return "", false, ErrWorkflowNotFound
+	case -5:
+		return "", false, fmt.Errorf("retry workflow %q: the job of node %q has expired (kept for %s after it ended)", wf, str(reply[1]), s.cfg.Retention)
+	}
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[2])))
+	if replErr != nil {
+		return "", false, fmt.Errorf("retry workflow %q: %w", wf, replErr)
+	}
+	return job.WorkflowState(str(reply[1])), i64(reply[0]) == 1, nil
+}
+
+// WorkflowInfo is a workflow as stored: its state and every node's.
+type WorkflowInfo struct {
+	ID        string
+	Shard     ID
+	State     job.WorkflowState
+	CreatedAt time.Time
+	EndedAt   time.Time // zero while running
+	// Held is set for a scheduled instance that waits for its definition's running one.
+	Held  bool
+	Nodes []NodeInfo // in an order where every node follows its parents
+	// Expires is when an ended workflow will be removed (zero while it runs).
+	Expires time.Time
+}
+
+// NodeInfo is one node of a workflow.
+type NodeInfo struct {
+	ID        string
+	JobID     string // the node's job (job.NodeJobID)
+	State     job.NodeState
+	Rule      job.Rule
+	DependsOn []string
+	Attempts  int
+	// ReleasedAt is when its rule was met and its run made ready; EndedAt when it ended.
+	ReleasedAt time.Time
+	EndedAt    time.Time
+	ResultSize int // bytes of a succeeded node's result
+}
+
+// Counts returns how many nodes are in each state.
+func (w *WorkflowInfo) Counts() map[job.NodeState]int {
+	out := map[job.NodeState]int{}
+	for _, n := range w.Nodes {
+		out[n.State]++
+	}
+	return out
+}
+
+// Workflow returns a workflow with its nodes' states, or ErrWorkflowNotFound. A node
+// whose run is under way shows its job's state (ready, running, retrying) and attempts.
+func (s *Store) Workflow(ctx context.Context, wf string) (*WorkflowInfo, error) {
+	if err := job.ValidateRef("id", wf, job.MaxWorkflowIDLen); err != nil {
+		return nil, err
+	}
+	id := s.ShardOf(wf)
+	key := s.keys.Workflow(id, wf)
+	res := s.c.DoMulti(ctx, s.c.B().Hgetall().Key(key).Build(), s.c.B().Pexpiretime().Key(key).Build())
+	m, err := res[0].AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("read workflow %q: %w", wf, err)
+	}
+	if len(m) == 0 {
+		return nil, ErrWorkflowNotFound
+	}
+	info := &WorkflowInfo{ID: wf, Shard: id, State: job.WorkflowState(m["st"]), CreatedAt: msField(m["cr"]),
+		EndedAt: msField(m["en"]), Held: m["hold"] == "1"}
+	if exp, err := res[1].AsInt64(); err == nil && exp > 0 {
+		info.Expires = time.UnixMilli(exp)
+	}
+	var released []int
+	for node := range strings.SplitSeq(m["nodes"], ",") {
+		if node == "" {
+			continue
+		}
+		n := parseNode(node, m["s:"+node])
+		n.JobID = job.NodeJobID(wf, node)
+		if p := m["p:"+node]; p != "" {
+			n.DependsOn = strings.Split(p, ",")
+		}
+		n.ResultSize = len(m["x:"+node])
+		if n.State == "released" {
+			released = append(released, len(info.Nodes))
+		}
+		info.Nodes = append(info.Nodes, n)
+	}
+	if len(released) > 0 {
+		if err := s.nodeRuns(ctx, id, info.Nodes, released); err != nil {
+			return nil, fmt.Errorf("read workflow %q: %w", wf, err)
+		}
+	}
+	return info, nil
+}
+
+// nodeRuns fills the state and attempts of released nodes from their jobs' runs.
+func (s *Store) nodeRuns(ctx context.Context, id ID, nodes []NodeInfo, released []int) error {
+	cmds := make(rueidis.Commands, len(released))
+	for k, i := range released {
+		n := &nodes[i]
+		cmds[k] = s.c.B().Hmget().Key(s.keys.Job(id, n.JobID)).Field("st", "r"+strconv.FormatInt(n.ReleasedAt.UnixMilli(), 10)).Build()
+	}
+	for k, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToArray()
+		if err != nil {
+			return err
+		}
+		n := &nodes[released[k]]
+		st, _ := v[0].ToString()
+		run, _ := v[1].ToString()
+		switch st {
+		case "running", "retrying":
+			n.State = job.NodeState(st)
+		default:
+			n.State = job.NodeReady
+		}
+		parts := strings.SplitN(run, "|", 3)
+		if len(parts) >= 2 {
+			n.Attempts, _ = strconv.Atoi(parts[1])
+			if parts[0] == "running" {
+				n.State = job.NodeRunning
+			}
+		}
+	}
+	return nil
+}
+
+// parseNode decodes a node's state field, "state|rule|np|ok|bad|skip|rel|end|att".
+func parseNode(node, v string) NodeInfo {
+	f := strings.Split(v, "|")
+	for len(f) < 9 {
+		f = append(f, "")
+	}
+	n := NodeInfo{ID: node, State: job.NodeState(f[0]), Rule: job.Rule(f[1]), ReleasedAt: msField(f[6]), EndedAt: msField(f[7])}
+	n.Attempts, _ = strconv.Atoi(f[8])
+	return n
+}
+
+func msField(v string) time.Time {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// ParentResults returns the results of node job jobID's parents that succeeded with one,
+// by parent node id; nil for a job that is no workflow node.
+func (s *Store) ParentResults(ctx context.Context, jobID string) (map[string][]byte, error) {
+	wf, node, ok := job.SplitNodeJobID(jobID)
+	if !ok {
+		return nil, nil
+	}
+	id := s.ShardOf(jobID)
+	key := s.keys.Workflow(id, wf)
+	p, err := s.c.Do(ctx, s.c.B().Hget().Key(key).Field("p:"+node).Build()).ToString()
+	if rueidis.IsRedisNil(err) || p == "" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parent results of %q: %w", jobID, err)
+	}
+	parents := strings.Split(p, ",")
+	fields := make([]string, len(parents))
+	for i, q := range parents {
+		fields[i] = "x:" + q
+	}
+	vals, err := s.c.Do(ctx, s.c.B().Hmget().Key(key).Field(fields...).Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("parent results of %q: %w", jobID, err)
+	}
+	out := make(map[string][]byte, len(parents))
+	for i, v := range vals {
+		if b, err := v.ToString(); err == nil {
+			out[parents[i]] = []byte(b)
+		}
+	}
+	return out, nil
+}
+
+// NodeResult returns a node's result and whether it has one.
+func (s *Store) NodeResult(ctx context.Context, wf, node string) ([]byte, bool, error) {
+	id := s.ShardOf(wf)
+	v, err := s.c.Do(ctx, s.c.B().Hget().Key(s.keys.Workflow(id, wf)).Field("x:"+node).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("result of node %q of workflow %q: %w", node, wf, err)
+	}
+	return []byte(v), true, nil
+}
+
+// WorkflowSummary is one workflow of a listing.
+type WorkflowSummary struct {
+	ID        string
+	State     job.WorkflowState
+	Nodes     int
+	Left      int // nodes not ended
+	CreatedAt time.Time
+	EndedAt   time.Time
+}
+
+// WorkflowPage is one page of ListWorkflows.
+type WorkflowPage struct {
+	Workflows []WorkflowSummary
+	Next      string // cursor of the next page; empty at the end
+}
+
+// ListWorkflows pages through the namespace's workflows node by node with SCAN (a
+// workflow that exists throughout is returned at least once), sorted by id within a
+// page, optionally only those in state.
+func (s *Store) ListWorkflows(ctx context.Context, state job.WorkflowState, cursor string, limit int) (WorkflowPage, error) {
+	limit, err := listLimit(limit)
+	if err != nil {
+		return WorkflowPage{}, err
+	}
+	addrs, nodes, err := Primaries(ctx, s.c)
+	if err != nil {
+		return WorkflowPage{}, fmt.Errorf("list workflows: %w", err)
+	}
+	node, cur := 0, uint64(0)
+	if cursor != "" {
+		if _, node, cur, err = decodeListCursor(cursor, addrs, s.cfg.Shards); err != nil {
+			return WorkflowPage{}, err
+		}
+	}
+	match := strings.TrimSuffix(s.jobMatch(), "[jc]*") + "wf:*"
+	var page WorkflowPage
+	for round := 0; round < scanRounds && node < len(addrs) && len(page.Workflows) < limit; round++ {
+		n := nodes[addrs[node]]
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cur).Match(match).Count(scanCount).Build()).AsScanEntry()
+		if err != nil {
+			return WorkflowPage{}, fmt.Errorf("list workflows: scan %s: %w", addrs[node], err)
+		}
+		var cmds rueidis.Commands
+		var ids []string
+		for _, k := range e.Elements {
+			_, wf, ok := strings.Cut(k, "}:wf:")
+			if !ok {
+				continue
+			}
+			ids = append(ids, wf)
+			cmds = append(cmds, n.B().Hmget().Key(k).Field("st", "n", "left", "cr", "en").Build())
+		}
+		var batch []WorkflowSummary
+		for i, r := range n.DoMulti(ctx, cmds...) {
+			v, err := r.ToArray()
+			if err != nil || len(v) != 5 {
+				continue
+			}
+			st, _ := v[0].ToString()
+			if st == "" || (state != "" && job.WorkflowState(st) != state) {
+				continue
+			}
+			w := WorkflowSummary{ID: ids[i], State: job.WorkflowState(st)}
+			nn, _ := v[1].ToString()
+			left, _ := v[2].ToString()
+			cr, _ := v[3].ToString()
+			en, _ := v[4].ToString()
+			w.Nodes, _ = strconv.Atoi(nn)
+			w.Left, _ = strconv.Atoi(left)
+			w.CreatedAt, w.EndedAt = msField(cr), msField(en)
+			batch = append(batch, w)
+		}
+		sort.Slice(batch, func(a, b int) bool { return batch[a].ID < batch[b].ID })
+		page.Workflows = append(page.Workflows, batch...)
+		if cur = e.Cursor; cur == 0 {
+			node++
+		}
+	}
+	if node < len(addrs) {
+		page.Next = encodeListCursor(s.cfg.Shards, addrs[node], cur)
+	}
+	return page, nil
+}

@@ -1,0 +1,524 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+)
+
+// wfRunner plays the workers of a workflow's nodes: it claims the ready runs of the
+// workflow's shard and ends each as outcome says (succeed when unnamed), recording the
+// order in which nodes ran.
+type wfRunner struct {
+	t       *testing.T
+	s       *shard.Store
+	wf      string
+	outcome func(node string) shard.Outcome
+	ran     []string
+	result  func(node string) []byte
+	anyWF   bool // runs of other workflows of the shard are run too
+}
+
+// step claims the ready runs once and ends them; it returns how many there were.
+func (r *wfRunner) step(ctx context.Context) int {
+	id := r.s.ShardOf(r.wf)
+	c, err := r.s.Claim(ctx, id, "default", 1000, "w", "n")
+	require.NoError(r.t, err)
+	var fs []shard.Finish
+	for _, run := range c {
+		wf, node, ok := job.SplitNodeJobID(run.JobID)
+		require.True(r.t, ok, run.JobID)
+		if !r.anyWF {
+			require.Equal(r.t, r.wf, wf)
+		}
+		r.ran = append(r.ran, node)
+		f := shard.Finish{Member: run.Member, Token: run.Token, Outcome: shard.Succeeded}
+		if r.outcome != nil {
+			f.Outcome = r.outcome(node)
+		}
+		if f.Outcome == shard.Succeeded && r.result != nil {
+			f.Result = r.result(node)
+		}
+		if f.Outcome == shard.Failed || f.Outcome == shard.Cancelled {
+			f.Error = "node " + node + " says no"
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) > 0 {
+		errs, err := r.s.FinishRuns(ctx, id, fs)
+		require.NoError(r.t, err)
+		for _, e := range errs {
+			require.NoError(r.t, e)
+		}
+	}
+	return len(c)
+}
+
+// run steps until no run is ready, and returns the workflow.
+func (r *wfRunner) run(ctx context.Context) *shard.WorkflowInfo {
+	for i := 0; r.step(ctx) > 0; i++ {
+		require.Less(r.t, i, 1000, "the workflow does not end")
+	}
+	w, err := r.s.Workflow(ctx, r.wf)
+	require.NoError(r.t, err)
+	return w
+}
+
+func nodeStates(w *shard.WorkflowInfo) map[string]job.NodeState {
+	out := map[string]job.NodeState{}
+	for _, n := range w.Nodes {
+		out[n.ID] = n.State
+	}
+	return out
+}
+
+func node(id string, deps ...string) job.Node {
+	return job.Node{Job: job.Job{ID: id, Type: "t", Retry: job.RetryPolicy{MaxAttempts: 1}}, DependsOn: deps}
+}
+
+func ruled(n job.Node, r job.Rule) job.Node {
+	n.Rule = r
+	return n
+}
+
+// A diamond: the join runs after both branches, once; the parents' results reach it; the
+// workflow succeeds; creating it again changes nothing, and a different graph under its
+// id is a conflict.
+func TestWorkflow_Diamond(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		wf := &job.Workflow{ID: "diamond", Jobs: []job.Node{node("d", "b", "c"), node("b", "a"), node("c", "a"), node("a")}}
+		res, err := s.CreateWorkflow(ctx, wf)
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		require.Equal(t, job.WorkflowRunning, res.State)
+		require.Equal(t, s.ShardOf("diamond"), res.Shard)
+		require.Equal(t, "a", wf.Jobs[0].ID, "parents come first")
+
+		w, err := s.Workflow(ctx, "diamond")
+		require.NoError(t, err)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeReady, "b": job.NodeWaiting, "c": job.NodeWaiting, "d": job.NodeWaiting}, nodeStates(w))
+
+		r := &wfRunner{t: t, s: s, wf: "diamond", result: func(n string) []byte { return []byte("from " + n) }}
+		require.Equal(t, 1, r.step(ctx))
+		require.Equal(t, 2, r.step(ctx), "both branches at once")
+		parents, err := s.ParentResults(ctx, "diamond@d")
+		require.NoError(t, err)
+		require.Equal(t, map[string][]byte{"b": []byte("from b"), "c": []byte("from c")}, parents)
+		w = r.run(ctx)
+		require.Equal(t, []string{"a", "b", "c", "d"}, sortedTail(r.ran))
+		require.Equal(t, job.WorkflowSucceeded, w.State)
+		require.False(t, w.EndedAt.IsZero())
+		require.False(t, w.Expires.IsZero(), "an ended workflow expires")
+		for _, n := range w.Nodes {
+			require.Equal(t, job.NodeSucceeded, n.State, n.ID)
+			require.Equal(t, 1, n.Attempts, n.ID)
+			require.Equal(t, len("from "+n.ID), n.ResultSize)
+			require.False(t, n.ReleasedAt.IsZero())
+			require.False(t, n.EndedAt.Before(n.ReleasedAt))
+		}
+		info, err := s.Get(ctx, "diamond@d")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCompleted, info.State)
+
+		again, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "diamond", Jobs: []job.Node{node("a"), node("b", "a"), node("c", "a"), node("d", "b", "c")}})
+		require.NoError(t, err)
+		require.False(t, again.Created)
+		require.False(t, again.Conflict, "the same graph")
+		other, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "diamond", Jobs: []job.Node{node("a")}})
+		require.NoError(t, err)
+		require.False(t, other.Created)
+		require.True(t, other.Conflict)
+	})
+}
+
+// sortedTail sorts ran between its first and last entries (nodes that ran in one step
+// come in claim order).
+func sortedTail(ran []string) []string {
+	out := append([]string(nil), ran...)
+	if len(out) > 2 {
+		mid := out[1 : len(out)-1]
+		for i := range mid {
+			for j := i + 1; j < len(mid); j++ {
+				if mid[j] < mid[i] {
+					mid[i], mid[j] = mid[j], mid[i]
+				}
+			}
+		}
+	}
+	return out
+}
+
+// A failed node makes its dependants upstream_failed at once, down the graph; an
+// all_done node runs anyway, a one_failed one runs as the error handler; the workflow
+// fails. Retry runs the failed node and what hung on it again, keeping the rest.
+func TestWorkflow_FailurePropagatesAndRetry(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		wf := &job.Workflow{ID: "etl", Jobs: []job.Node{
+			node("extract"), node("transform", "extract"), node("load", "transform"), node("report", "load"),
+			ruled(node("cleanup", "load"), job.RuleAllDone), ruled(node("alert", "transform"), job.RuleOneFailed),
+			node("side", "extract"),
+		}}
+		_, err := s.CreateWorkflow(ctx, wf)
+		require.NoError(t, err)
+		fail := true
+		r := &wfRunner{t: t, s: s, wf: "etl", outcome: func(n string) shard.Outcome {
+			if n == "transform" && fail {
+				return shard.Failed
+			}
+			return shard.Succeeded
+		}}
+		w := r.run(ctx)
+		require.Equal(t, job.WorkflowFailed, w.State)
+		require.Equal(t, map[string]job.NodeState{
+			"extract": job.NodeSucceeded, "transform": job.NodeFailed, "load": job.NodeUpstreamFailed,
+			"report": job.NodeUpstreamFailed, "cleanup": job.NodeSucceeded, "alert": job.NodeSucceeded, "side": job.NodeSucceeded,
+		}, nodeStates(w))
+		require.ElementsMatch(t, []string{"extract", "transform", "side", "alert", "cleanup"}, r.ran)
+		info, err := s.Get(ctx, "etl@load")
+		require.NoError(t, err)
+		require.Equal(t, job.StateCancelled, info.State, "the job of a node that never ran ends cancelled")
+		dead, _, err := s.Dead(ctx, "default", 10, "")
+		require.NoError(t, err)
+		require.Len(t, dead, 1, "the failed node's run is dead")
+
+		// Retry: transform, load and report wait again; the succeeded nodes keep.
+		fail = false
+		r.ran = nil
+		state, changed, err := s.RetryWorkflow(ctx, "etl")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.WorkflowRunning, state)
+		dead, _, err = s.Dead(ctx, "default", 10, "")
+		require.NoError(t, err)
+		require.Empty(t, dead, "the retried node's dead run is gone")
+		w = r.run(ctx)
+		require.ElementsMatch(t, []string{"transform", "load", "report"}, r.ran, "the succeeded nodes are kept")
+		require.Equal(t, job.WorkflowSucceeded, w.State)
+		require.Equal(t, job.NodeSucceeded, nodeStates(w)["alert"])
+		_, changed, err = s.RetryWorkflow(ctx, "etl")
+		require.NoError(t, err)
+		require.False(t, changed, "a succeeded workflow has nothing to retry")
+	})
+}
+
+// Cancel a workflow with a running node and a ready one: the waiting nodes end at once,
+// the ready run goes, the running one's worker is told through its heartbeat, and its
+// late success changes nothing.
+func TestWorkflow_CancelWithRunningNodes(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "c", Jobs: []job.Node{node("a"), node("b"), node("c", "a", "b")}})
+		require.NoError(t, err)
+		runs, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, runs, 1)
+		state, changed, err := s.CancelWorkflow(ctx, "c")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.WorkflowCancelled, state)
+		ext, err := s.Extend(ctx, 0, []shard.Held{{Member: runs[0].Member, Token: runs[0].Token}})
+		require.NoError(t, err)
+		require.Equal(t, []int{shard.ExtendCancelled}, ext, "the running node's worker learns it")
+		more, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Empty(t, more, "the ready node's run is gone")
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: runs[0].Member, Token: runs[0].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		w, err := s.Workflow(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowCancelled, w.State)
+		for _, n := range w.Nodes {
+			require.Equal(t, job.NodeCancelled, n.State, n.ID)
+		}
+		_, changed, err = s.CancelWorkflow(ctx, "c")
+		require.NoError(t, err)
+		require.False(t, changed)
+		_, _, err = s.CancelWorkflow(ctx, "nope")
+		require.ErrorIs(t, err, shard.ErrWorkflowNotFound)
+
+		// Retry after a cancel runs every node again.
+		_, changed, err = s.RetryWorkflow(ctx, "c")
+		require.NoError(t, err)
+		require.True(t, changed)
+		r := &wfRunner{t: t, s: s, wf: "c"}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		require.ElementsMatch(t, []string{"a", "b", "c"}, r.ran)
+	})
+}
+
+// A node's job is reachable by its id but only the workflow decides when it runs.
+func TestWorkflow_NodeJobsRefuseDirectChanges(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "n", Jobs: []job.Node{node("a"), node("b", "a")}})
+		require.NoError(t, err)
+		var ne *shard.NodeError
+		_, _, err = s.Pause(ctx, "n@b")
+		require.ErrorAs(t, err, &ne)
+		require.Equal(t, "b", ne.Node)
+		_, err = s.Trigger(ctx, "n@b")
+		require.ErrorAs(t, err, &ne)
+		require.ErrorAs(t, s.Delete(ctx, "n@b"), &ne)
+		info, err := s.Get(ctx, "n@b")
+		require.NoError(t, err)
+		require.Equal(t, job.StateWaiting, info.State)
+
+		// Cancelling a node's job counts as the node cancelled: its child is upstream_failed.
+		_, changed, err := s.Cancel(ctx, "n@a")
+		require.NoError(t, err)
+		require.True(t, changed)
+		w, err := s.Workflow(ctx, "n")
+		require.NoError(t, err)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeCancelled, "b": job.NodeUpstreamFailed}, nodeStates(w))
+		require.Equal(t, job.WorkflowFailed, w.State)
+	})
+}
+
+// Every rule against every mix of two parents' ends.
+func TestWorkflow_Rules(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 2})
+		rules := []job.Rule{job.RuleAllSuccess, job.RuleAllDone, job.RuleOneSuccess, job.RuleOneFailed, job.RuleNoneFailed}
+		ends := [][2]bool{{true, true}, {true, false}, {false, false}}
+		for _, rule := range rules {
+			for _, e := range ends {
+				id := fmt.Sprintf("%s-%v-%v", rule, e[0], e[1])
+				_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: id, Jobs: []job.Node{node("p"), node("q"), ruled(node("x", "p", "q"), rule)}})
+				require.NoError(t, err)
+				ok := map[string]bool{"p": e[0], "q": e[1], "x": true}
+				r := &wfRunner{t: t, s: s, wf: id, outcome: func(n string) shard.Outcome {
+					if ok[n] {
+						return shard.Succeeded
+					}
+					return shard.Failed
+				}}
+				w := r.run(ctx)
+				want := evalRule(rule, []job.NodeState{endOf(e[0]), endOf(e[1])})
+				if want == "run" {
+					want = job.NodeSucceeded
+				}
+				require.Equal(t, want, nodeStates(w)["x"], id)
+			}
+		}
+	})
+}
+
+func endOf(ok bool) job.NodeState {
+	if ok {
+		return job.NodeSucceeded
+	}
+	return job.NodeFailed
+}
+
+// evalRule is the rules as the documentation states them, for parents that all ended:
+// "run", or the state of a node whose rule cannot be met.
+func evalRule(rule job.Rule, parents []job.NodeState) job.NodeState {
+	var ok, bad, skip int
+	for _, p := range parents {
+		switch p {
+		case job.NodeSucceeded:
+			ok++
+		case job.NodeSkipped:
+			skip++
+		default:
+			bad++
+		}
+	}
+	switch rule {
+	case job.RuleAllDone:
+		return "run"
+	case job.RuleOneSuccess:
+		if ok > 0 {
+			return "run"
+		}
+		if bad > 0 {
+			return job.NodeUpstreamFailed
+		}
+		return job.NodeSkipped
+	case job.RuleOneFailed:
+		if bad > 0 {
+			return "run"
+		}
+		return job.NodeSkipped
+	case job.RuleNoneFailed:
+		if bad > 0 {
+			return job.NodeUpstreamFailed
+		}
+		return "run"
+	default:
+		if bad > 0 {
+			return job.NodeUpstreamFailed
+		}
+		if skip > 0 {
+			return job.NodeSkipped
+		}
+		return "run"
+	}
+}
+
+// Random DAGs of up to 200 nodes with random rules and node outcomes: every node's final
+// state matches an independent evaluation of the rules, no node runs twice, and the
+// workflow's state follows from its nodes'.
+func TestWorkflow_RandomDAGs(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		seed := uint64(time.Now().UnixNano())
+		rounds := 12
+		if b.Name != redistest.Miniredis {
+			rounds = 4
+		}
+		for round := range rounds {
+			rng := rand.New(rand.NewPCG(seed, uint64(round)))
+			n := 1 + rng.IntN(200)
+			rules := []job.Rule{job.RuleAllSuccess, job.RuleAllDone, job.RuleOneSuccess, job.RuleOneFailed, job.RuleNoneFailed}
+			nodes := make([]job.Node, n)
+			fails := map[string]bool{}
+			for i := range nodes {
+				id := "n" + strconv.Itoa(i)
+				nodes[i] = ruled(node(id), rules[rng.IntN(len(rules))])
+				for p := range i {
+					if rng.IntN(max(1, i/3)) == 0 && len(nodes[i].DependsOn) < 6 {
+						nodes[i].DependsOn = append(nodes[i].DependsOn, "n"+strconv.Itoa(p))
+					}
+				}
+				fails[id] = rng.IntN(4) == 0
+			}
+			// Submitted shuffled: the store orders them.
+			shuffled := append([]job.Node(nil), nodes...)
+			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			id := fmt.Sprintf("rand-%d", round)
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: id, Jobs: shuffled})
+			require.NoError(t, err, "seed %d round %d", seed, round)
+			r := &wfRunner{t: t, s: s, wf: id, outcome: func(n string) shard.Outcome {
+				if fails[n] {
+					return shard.Failed
+				}
+				return shard.Succeeded
+			}}
+			w := r.run(ctx)
+
+			// The independent evaluation, in index order (parents have lower indexes).
+			want := map[string]job.NodeState{}
+			for _, nd := range nodes {
+				var ps []job.NodeState
+				for _, p := range nd.DependsOn {
+					ps = append(ps, want[p])
+				}
+				st := evalRule(nd.Rule, ps)
+				if len(ps) == 0 {
+					st = "run"
+				}
+				if st == "run" {
+					st = endOf(!fails[nd.ID])
+				}
+				want[nd.ID] = st
+			}
+			require.Equal(t, want, nodeStates(w), "seed %d round %d", seed, round)
+			seen := map[string]bool{}
+			for _, nd := range r.ran {
+				require.False(t, seen[nd], "node %s ran twice (seed %d round %d)", nd, seed, round)
+				seen[nd] = true
+				require.Contains(t, []job.NodeState{job.NodeSucceeded, job.NodeFailed}, want[nd])
+			}
+			wantState := job.WorkflowSucceeded
+			for _, st := range want {
+				if st == job.NodeFailed || st == job.NodeUpstreamFailed {
+					wantState = job.WorkflowFailed
+				}
+			}
+			require.Equal(t, wantState, w.State, "seed %d round %d", seed, round)
+		}
+	})
+}
+
+// A scheduled workflow is a recurring job whose runs start instances; each overlap
+// policy applies to whole instances: skip refuses an instance while one runs, allow
+// runs them side by side, buffer_one holds one until the running one ends.
+func TestWorkflow_ScheduledInstancesOverlap(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		for _, overlap := range []job.Overlap{job.OverlapSkip, job.OverlapAllow, job.OverlapBufferOne} {
+			def := "nightly-" + string(overlap)
+			def = def[:min(len(def), 20)]
+			res, err := s.CreateWorkflow(ctx, &job.Workflow{ID: def, Jobs: []job.Node{node("a"), node("b", "a")},
+				Schedule: &job.Schedule{Cron: "0 3 * * *", TimeZone: "Europe/Berlin"}, Overlap: overlap})
+			require.NoError(t, err)
+			require.True(t, res.Created)
+			require.Equal(t, job.WorkflowScheduled, res.State)
+			info, err := s.Get(ctx, def)
+			require.NoError(t, err)
+			require.Equal(t, job.WorkflowType, info.Type)
+			require.True(t, info.Schedule.IsRecurring())
+
+			start := func(at time.Time) shard.WorkflowResult {
+				r, err := s.StartInstance(ctx, def, at, info.Payload)
+				require.NoError(t, err)
+				return r
+			}
+			first := start(t0)
+			require.True(t, first.Created)
+			require.Equal(t, def+"@"+strconv.FormatInt(t0.UnixMilli(), 10), first.ID)
+			require.Equal(t, s.ShardOf(def), first.Shard, "an instance lives on its definition's shard")
+			require.False(t, start(t0).Created, "the same occurrence again finds its instance")
+
+			second := start(t0.Add(24 * time.Hour))
+			third := start(t0.Add(48 * time.Hour))
+			switch overlap {
+			case job.OverlapSkip:
+				require.True(t, second.Skipped)
+				require.True(t, third.Skipped)
+			case job.OverlapAllow:
+				require.True(t, second.Created)
+				require.False(t, second.Held)
+			case job.OverlapBufferOne:
+				require.True(t, second.Created)
+				require.True(t, second.Held)
+				require.True(t, third.Skipped, "one instance is buffered already")
+				w, err := s.Workflow(ctx, second.ID)
+				require.NoError(t, err)
+				require.True(t, w.Held)
+				require.Equal(t, job.NodeWaiting, nodeStates(w)["a"], "a held instance's roots wait")
+			}
+			// Run the first instance to its end (and the second's, when it runs alongside).
+			r := &wfRunner{t: t, s: s, wf: first.ID, anyWF: true}
+			for i := 0; r.step(ctx) > 0 || i == 0; i++ {
+				require.Less(t, i, 100)
+			}
+			w, err := s.Workflow(ctx, first.ID)
+			require.NoError(t, err)
+			require.Equal(t, job.WorkflowSucceeded, w.State)
+			if overlap == job.OverlapBufferOne {
+				w, err := s.Workflow(ctx, second.ID)
+				require.NoError(t, err)
+				require.False(t, w.Held, "the buffered instance starts when the running one ends")
+				require.Equal(t, job.WorkflowSucceeded, w.State, "and runs (the runner takes its runs too)")
+				firstW, err := s.Workflow(ctx, first.ID)
+				require.NoError(t, err)
+				require.False(t, w.Nodes[0].ReleasedAt.Before(firstW.EndedAt))
+			}
+			if overlap == job.OverlapSkip {
+				require.True(t, start(t0.Add(72*time.Hour)).Created, "with none running, the next starts")
+			}
+		}
+	})
+}
