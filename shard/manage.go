@@ -509,6 +509,13 @@ func (s *Store) RequeueDead(ctx context.Context, member string) error {
 	if err != nil {
 		return err
 	}
+	// A workflow's node failed for its workflow already: a retry of the workflow runs
+	// it again (and what hangs on it).
+	if jobID, _, ok := SplitMember(member); ok {
+		if err := refuseNode("requeue a dead run of", jobID); err != nil {
+			return err
+		}
+	}
 	r, replErr := s.exec1Replicated(ctx, call{s.scripts.RequeueDead, []string{s.keys.Dead(id)}, []string{s.keys.Prefix(id), member}})
 	reply, err := r.ToArray()
 	if err != nil {
