@@ -42,11 +42,8 @@ func startWorkflows(t *testing.T, b redistest.Backend, o wfOpts) *wfBundle {
 	ctx := context.Background()
 	s := openStore(t, b)
 	bu := &wfBundle{s: s, ran: map[string]int{}}
-	cfg := Config{Store: s, Concurrency: 8, Sweep: 100 * time.Millisecond, AckDelay: -1, ObserveFunc: o.observe}
-	if o.scheduled {
-		cfg.Queues = []string{job.DefaultQueue, job.WorkflowQueue}
-	}
-	w, err := New(cfg)
+	// Queues is left at its default: HandleWorkflows adds the definitions' queue.
+	w, err := New(Config{Store: s, Concurrency: 8, Sweep: 100 * time.Millisecond, AckDelay: -1, ObserveFunc: o.observe})
 	require.NoError(t, err)
 	w.HandleFunc("n", func(ctx context.Context, r *Run) error {
 		bu.mu.Lock()
@@ -346,7 +343,9 @@ func TestWorker_CancelWorkflowCancelsRunningHandler(t *testing.T) {
 }
 
 // A scheduled workflow with a cron of seconds, and a worker that starts instances: each
-// occurrence creates the instance `<def>@<due ms>`, whose nodes run to its end.
+// occurrence creates the instance `<def>@<due ms>`, whose nodes run to its end. The
+// worker's queues are the default ones: HandleWorkflows adds the definitions' queue
+// (before, such a worker never claimed a definition's run, and no instance started).
 func TestWorker_ScheduledWorkflowRunsInstances(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		t.Parallel()
