@@ -1,9 +1,12 @@
 -- retry_workflow: run a failed or cancelled workflow again from the nodes that did not
 -- succeed: those nodes' jobs wait again (a failed one leaves the dead-letter set), the
 -- succeeded nodes and their results stay, and every reset node whose rule is met by its
--- succeeded parents is released at once.
+-- succeeded parents is released at once. A reset node's run still in flight (its
+-- workflow was cancelled while it ran, and its worker has not reported yet) leaves the
+-- in-flight set: that worker's late report and heartbeat are refused.
 --
 -- KEYS[1] dead       ZSET  dead-letter set
+-- KEYS[2] inflight   ZSET  claimed runs; score = visibility deadline ms
 -- ARGV[1] prefix     string  shard key prefix
 -- ARGV[2] id         string  workflow id
 -- ARGV[3] keep       count   history entries kept per job
@@ -19,7 +22,7 @@
 --   queues queues that received ready runs
 --- @include "workflow"
 
-local deadKey = KEYS[1]
+local deadKey, inflightKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
 local wf = ARGV[2]
 local keep = tonumber(ARGV[3])
@@ -48,14 +51,19 @@ end
 for _, node in ipairs(reset) do
   local id = wf .. '@' .. node
   local jobKey = P .. 'job:' .. id
-  -- Its dead run leaves the dead-letter set; its runs' fields go (the history stays).
+  -- Its dead run leaves the dead-letter set, a run in flight the in-flight set; its runs'
+  -- fields go (the history stays).
   local all = redis.call('HGETALL', jobKey)
   local drop = {}
   for k = 1, #all, 2 do
     local f = all[k]
     if string.find(f, '^r%d') then
-      if run_get(all[k + 1]).st == 'dead' and redis.call('ZREM', deadKey, id .. ':' .. string.sub(f, 2)) == 1 then
+      local r = run_get(all[k + 1])
+      local member = id .. ':' .. string.sub(f, 2)
+      if r.st == 'dead' and redis.call('ZREM', deadKey, member) == 1 then
         stat('d', redis.call('HGET', jobKey, 'q'), -1)
+      elseif r.tok ~= '' and redis.call('ZREM', inflightKey, member) == 1 then
+        stat('f', redis.call('HGET', jobKey, 'q'), -1)
       end
       drop[#drop + 1] = f
     end

@@ -202,7 +202,7 @@ func (s *Store) RetryWorkflow(ctx context.Context, wf string) (state job.Workflo
 	}
 	id := s.ShardOf(wf)
 	args := []string{s.keys.Prefix(id), wf, strconv.Itoa(s.cfg.History), strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}
-	r, replErr := s.exec1Replicated(ctx, call{s.scripts.RetryWorkflow, []string{s.keys.Dead(id)}, args})
+	r, replErr := s.exec1Replicated(ctx, call{s.scripts.RetryWorkflow, []string{s.keys.Dead(id), s.keys.Inflight(id)}, args})
 	reply, err := r.ToArray()
 	if err == nil && len(reply) != 3 {
 		err = fmt.Errorf("reply of %d values, want 3", len(reply))

@@ -522,3 +522,41 @@ func TestWorkflow_ScheduledInstancesOverlap(t *testing.T) {
 		}
 	})
 }
+
+// A workflow cancelled while a node ran and retried before that node's worker reported:
+// the retry takes the old run out of flight (the queue's in-flight count goes back to
+// zero, and the reaper has nothing left of it), the old worker's late report and
+// heartbeat are refused, and the node's new run takes the workflow to its end.
+func TestWorkflow_RetryWhileACancelledNodeStillRuns(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "rr", Jobs: []job.Node{node("a"), node("b", "a")}})
+		require.NoError(t, err)
+		old, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, old, 1)
+		_, changed, err := s.CancelWorkflow(ctx, "rr")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, int64(1), queueStats(t, s)["default"].InFlight, "the cancelled run is in flight until its worker reports")
+
+		_, changed, err = s.RetryWorkflow(ctx, "rr")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, int64(0), queueStats(t, s)["default"].InFlight, "the old run left flight with the retry")
+		ext, err := s.Extend(ctx, 0, []shard.Held{{Member: old[0].Member, Token: old[0].Token}})
+		require.NoError(t, err)
+		require.Equal(t, []int{shard.ExtendLost}, ext, "the old run's worker learns it lost the run")
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: old[0].Member, Token: old[0].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], shard.ErrTokenMismatch)
+
+		r := &wfRunner{t: t, s: s, wf: "rr"}
+		w := r.run(ctx)
+		require.Equal(t, job.WorkflowSucceeded, w.State)
+		require.ElementsMatch(t, []string{"a", "b"}, r.ran)
+		q := queueStats(t, s)["default"]
+		require.Zero(t, q.Scheduled+q.Ready+q.InFlight+q.Dead, "%+v", q)
+	})
+}

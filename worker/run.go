@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/tockhq/tock/job"
@@ -232,11 +233,18 @@ func (w *Worker) finish(a *active, r *Run, f shard.Finish, started, ended time.T
 }
 
 // HandleWorkflows makes the worker start scheduled workflows' instances: it handles the
-// runs of their definitions (job.WorkflowType, on queue job.WorkflowQueue), each of which
-// creates the instance of its occurrence (shard.Store.StartInstance; a second start of
-// the same occurrence finds it). The run's result says what it did. tock server runs one
-// with its dispatcher.
+// runs of their definitions (job.WorkflowType), each of which creates the instance of its
+// occurrence (shard.Store.StartInstance; a second start of the same occurrence finds it),
+// and claims from their queue, job.WorkflowQueue, whether Config.Queues names it or not.
+// The run's result says what it did. tock server runs one with its dispatcher. Like
+// Handle, it panics after Start.
 func (w *Worker) HandleWorkflows() {
+	w.mu.Lock()
+	if !w.started && !w.queues[job.WorkflowQueue] {
+		w.queues[job.WorkflowQueue] = true
+		w.cfg.Queues = append(slices.Clip(w.cfg.Queues), job.WorkflowQueue)
+	}
+	w.mu.Unlock()
 	w.HandleFunc(job.WorkflowType, func(ctx context.Context, r *Run) error {
 		res, err := w.store.StartInstance(ctx, r.JobID, r.Due, r.Payload)
 		if err != nil {

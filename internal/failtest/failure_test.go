@@ -53,7 +53,7 @@ import (
 
 // Environment of a child process.
 const (
-	envRole      = "TOCK_FAILTEST_ROLE" // worker or executor
+	envRole      = "TOCK_FAILTEST_ROLE" // worker, executor, wfworker or wfdispatcher
 	envSeeds     = "TOCK_FAILTEST_SEEDS"
 	envNamespace = "TOCK_FAILTEST_NAMESPACE"
 	envOut       = "TOCK_FAILTEST_OUT" // worker: file of handled runs
@@ -77,6 +77,10 @@ func TestMain(m *testing.M) {
 		os.Exit(child(runWorker))
 	case "executor":
 		os.Exit(child(runExecutor))
+	case "wfworker":
+		os.Exit(child(runWorkflowWorker))
+	case "wfdispatcher":
+		os.Exit(child(runWorkflowDispatcher))
 	}
 	redistest.Main(m)
 }
