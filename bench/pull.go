@@ -47,8 +47,8 @@ func (e *env) startDispatchers(ctx context.Context) (stop func(), err error) {
 // throughputHTTP is the throughput scenario with cfg.HTTPWorkers workers over the pull
 // protocol: an ingest server in this process on a free loopback port, and goroutines
 // that claim runs with POST /v1/runs:claim (cfg.ClaimMax a call, waiting up to a second)
-// and ack each with POST /v1/runs/{run}:ack, through ingest.Client. The protocol has no
-// batch ack: every run costs one HTTP request of its own besides its share of a claim.
+// and ack the runs of each claim with one POST /v1/runs:ack, through ingest.Client
+// (cfg.SingleAcks: one POST /v1/runs/{run}:ack per run instead).
 func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResult, error) {
 	if cfg.ClaimMax == 0 {
 		cfg.ClaimMax = DefaultClaimMax
@@ -93,7 +93,7 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 	}
 
 	seen := make([]atomic.Int32, cfg.Jobs)
-	var processed, claims, acks, ackErrs atomic.Int64
+	var processed, claims, ackCalls, ackErrs atomic.Int64
 	var first, last atomic.Int64
 	var errMu, histMu sync.Mutex
 	claimHist, ackHist := newLatencyHist(), newLatencyHist()
@@ -133,26 +133,53 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 					continue
 				}
 				claims.Add(1)
-				if len(reply.Runs) > 0 {
-					_ = ch.RecordValue(time.Since(t0).Microseconds())
+				if len(reply.Runs) == 0 {
+					continue
 				}
-				for _, r := range reply.Runs {
-					first.CompareAndSwap(0, time.Now().UnixNano())
-					t1 := time.Now()
-					if _, err := client.AckRun(wctx, r.Run, r.Token, nil); err != nil {
-						ackErrs.Add(1)
-						continue
-					}
-					_ = ah.RecordValue(time.Since(t1).Microseconds())
-					acks.Add(1)
+				_ = ch.RecordValue(time.Since(t0).Microseconds())
+				first.CompareAndSwap(0, time.Now().UnixNano())
+				done := func(r *ingest.ClaimedRun) {
 					i, err := strconv.Atoi(r.JobID[1:])
 					if err != nil || i < 0 || i >= cfg.Jobs {
-						continue
+						return
 					}
 					if seen[i].Add(1) == 1 {
 						processed.Add(1)
 						last.Store(time.Now().UnixNano())
 					}
+				}
+				if cfg.SingleAcks {
+					for k := range reply.Runs {
+						r := &reply.Runs[k]
+						t1 := time.Now()
+						ackCalls.Add(1)
+						if _, err := client.AckRun(wctx, r.Run, r.Token, nil); err != nil {
+							ackErrs.Add(1)
+							continue
+						}
+						_ = ah.RecordValue(time.Since(t1).Microseconds())
+						done(r)
+					}
+					continue
+				}
+				acks := make([]ingest.RunAck, len(reply.Runs))
+				for k, r := range reply.Runs {
+					acks[k] = ingest.RunAck{Run: r.Run, Token: r.Token}
+				}
+				t1 := time.Now()
+				ackCalls.Add(1)
+				ar, err := client.AckRuns(wctx, acks)
+				if err != nil || len(ar.Runs) != len(acks) {
+					ackErrs.Add(int64(len(acks)))
+					continue
+				}
+				_ = ah.RecordValue(time.Since(t1).Microseconds())
+				for k := range ar.Runs {
+					if ar.Runs[k].Status != 200 {
+						ackErrs.Add(1)
+						continue
+					}
+					done(&reply.Runs[k])
 				}
 			}
 		}()
@@ -189,7 +216,8 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 	}
 	res.Claims, res.AckErrors = int(claims.Load()), int(ackErrs.Load())
 	res.ClaimMs, res.AckMs = ptr(histPercentiles(claimHist)), ptr(histPercentiles(ackHist))
-	res.Requests = res.Claims + int(acks.Load()) + res.AckErrors
+	res.AckCalls = int(ackCalls.Load())
+	res.Requests = res.Claims + res.AckCalls
 	if res.Processed < cfg.Jobs && firstErr != nil {
 		return res, fmt.Errorf("bench throughput: %d of %d jobs processed; first claim error: %w", res.Processed, cfg.Jobs, firstErr)
 	}

@@ -90,7 +90,7 @@ func (s *Server) claimRuns(ctx *fasthttp.RequestCtx, _ string) {
 		writeError(ctx, aerr)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, &ClaimReply{Runs: runs})
+	writeClaimReply(ctx, runs)
 }
 
 // checkClaim validates a claim request, setting its defaults, and returns its wait.
@@ -140,7 +140,7 @@ func checkClaim(req *ClaimRequest) (time.Duration, *apiError) {
 
 // pull claims up to req.Max runs that start now, waiting up to wait for some when none
 // is ready. Runs of a type not in req.Types are handed back at once.
-func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Duration) ([]ClaimedRun, *apiError) {
+func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Duration) ([]pulledRun, *apiError) {
 	var nb [8]byte
 	_, _ = rand.Read(nb[:])
 	nonce := hex.EncodeToString(nb[:])
@@ -156,7 +156,7 @@ func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Dur
 	for _, t := range req.Types {
 		types[t] = true
 	}
-	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}, out: []ClaimedRun{}}
+	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}, out: make([]pulledRun, 0, min(req.Max, 256))}
 
 	// A first pass over every source.
 	if aerr := p.pass(ctx, all); aerr != nil || len(p.out) > 0 || wait == 0 {
@@ -258,7 +258,7 @@ type puller struct {
 	types map[string]bool
 	skip  map[pullSource]bool // sources whose runs of other types were handed back
 	ahead []pullSource        // sources that stopped at a run fired ahead of its start
-	out   []ClaimedRun
+	out   []pulledRun
 }
 
 // pass claims from srcs what is left of req.Max, in rounds of one pipeline each: a
@@ -303,7 +303,8 @@ func (p *puller) pass(ctx *fasthttp.RequestCtx, srcs []pullSource) *apiError {
 				p.s.handBack(ctx, back)
 				return p.s.storeAPIError(ctx, "claim", r.Err)
 			}
-			for _, c := range r.Runs {
+			for k := range r.Runs {
+				c := &r.Runs[k]
 				if len(p.types) > 0 && !p.types[c.Type] {
 					if back == nil {
 						back = map[shard.ID][]shard.Finish{}
@@ -312,7 +313,7 @@ func (p *puller) pass(ctx *fasthttp.RequestCtx, srcs []pullSource) *apiError {
 					p.skip[round[i]] = true
 					continue
 				}
-				p.out = append(p.out, wireClaimed(&c, reqs[i].Queue))
+				p.out = append(p.out, pulledRun{c: *c, queue: reqs[i].Queue})
 			}
 			switch {
 			case p.skip[round[i]]:

@@ -1,0 +1,106 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/shard"
+)
+
+// encodingJSON is what writeJSON sends for v.
+func encodingJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	require.NoError(t, enc.Encode(v))
+	return buf.Bytes()
+}
+
+func requireSameClaimReply(t testing.TB, runs []pulledRun) {
+	t.Helper()
+	wire := ClaimReply{Runs: make([]ClaimedRun, len(runs))}
+	for i := range runs {
+		wire.Runs[i] = runs[i].wire()
+	}
+	require.Equal(t, string(encodingJSON(t, &wire)), string(appendClaimReply(nil, runs)))
+}
+
+// appendClaimReply writes what encoding/json writes for the same runs.
+func TestAppendClaimReply(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 27, 3, 4, 5, 123456789, time.FixedZone("x", 3600))
+	base := shard.Claimed{
+		Shard: 3, Member: "job-1:1764000000000", JobID: "job-1", Due: time.UnixMilli(1764000000000), Token: "1-9f2c6a0b1d3e4f50",
+		Attempt: 1, MaxAttempts: 25, Type: "mail", Payload: []byte(`{"to":"a@example.com"}`), Timeout: 30 * time.Minute,
+		Visibility: 30 * time.Second, ClaimedAt: at,
+	}
+	requireSameClaimReply(t, nil)
+	requireSameClaimReply(t, []pulledRun{})
+	var runs []pulledRun
+	for _, mod := range []func(c *shard.Claimed){
+		func(*shard.Claimed) {},
+		func(c *shard.Claimed) { c.Payload = nil },
+		func(c *shard.Claimed) { c.Payload = []byte("abcdefghij") },
+		func(c *shard.Claimed) { c.Payload = []byte{0, 1, 2, 0xff} },
+		func(c *shard.Claimed) { c.Payload = []byte(`{"a": 1}`) }, // not compact: base64
+		func(c *shard.Claimed) { c.Payload = []byte(`"<&>"`) },
+		func(c *shard.Claimed) { c.Payload = []byte(`[1,2,{"x":"\u2028"}]`) },
+		func(c *shard.Claimed) { c.Timeout, c.Visibility = 0, 0 },
+		func(c *shard.Claimed) { c.Timeout, c.Visibility = 1500*time.Millisecond, 36*time.Hour+time.Nanosecond },
+		func(c *shard.Claimed) { c.Type = "a\"b\\c\x00\x1f\x7f\b\f\n\r\t<>&é\u2028\u2029\xff\xfe€" },
+		func(c *shard.Claimed) { c.Token, c.Attempt, c.MaxAttempts = "", 0, -1 },
+		func(c *shard.Claimed) { c.Due, c.ClaimedAt = time.UnixMilli(0), time.Time{}.Add(time.Hour) },
+	} {
+		c := base
+		mod(&c)
+		runs = append(runs, pulledRun{c: c, queue: "q-\u00e9"})
+		requireSameClaimReply(t, runs[len(runs)-1:])
+	}
+	requireSameClaimReply(t, runs)
+}
+
+func FuzzAppendClaimReply(f *testing.F) {
+	f.Add("job-1:1764000000000", "mail", "default", "tok", []byte(`{"a":1}`), int64(1764000000000), int64(30000))
+	f.Add("a\"b:1", "t\x00\u2028", "q\xff", "", []byte{0xff}, int64(-1), int64(0))
+	f.Add("x:2", "<&>", "é", "\\", []byte(`[1, 2]`), int64(253402300799000), int64(1))
+	f.Fuzz(func(t *testing.T, member, typ, queue, token string, payload []byte, dueMs, visMs int64) {
+		due := time.UnixMilli(dueMs)
+		if due.Year() < 0 || due.Year() > 9999 || due.Add(time.Hour).Year() > 9999 {
+			return // encoding/json refuses such times; due times are never near them
+		}
+		c := shard.Claimed{Member: member, JobID: member, Type: typ, Token: token, Payload: payload, Due: due,
+			ClaimedAt: due, Visibility: time.Duration(visMs%3600000) * time.Millisecond, Timeout: time.Duration(visMs)}
+		requireSameClaimReply(t, []pulledRun{{c: c, queue: queue}})
+	})
+}
+
+func BenchmarkClaimReply(b *testing.B) {
+	runs := make([]pulledRun, 200)
+	for i := range runs {
+		runs[i] = pulledRun{queue: "default", c: shard.Claimed{Member: "t123456:1764000000000", JobID: "t123456", Type: "noop",
+			Payload: bytes.Repeat([]byte("abcdefghij"), 10), Token: "1-9f2c6a0b1d3e4f50", Attempt: 1, MaxAttempts: 25,
+			Due: time.UnixMilli(1764000000000), ClaimedAt: time.Now(), Timeout: 30 * time.Minute, Visibility: 30 * time.Second}}
+	}
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = appendClaimReply(buf[:0], runs)
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			wire := ClaimReply{Runs: make([]ClaimedRun, len(runs))}
+			for i := range runs {
+				wire.Runs[i] = runs[i].wire()
+			}
+			encodingJSON(b, &wire)
+		}
+	})
+}
