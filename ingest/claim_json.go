@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strconv"
 	"sync"
 	"time"
@@ -164,4 +165,227 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// decodeReply decodes a claim reply: the server's own encoding by decodeClaimReply,
+// anything else (another server's spacing, fields this client does not know, escapes)
+// by encoding/json, which decodes the claim reply at about 10 µs a run.
+func (r *ClaimReply) decodeReply(b []byte) error {
+	if runs, ok := decodeClaimReply(b); ok {
+		r.Runs = runs
+		return nil
+	}
+	return json.Unmarshal(b, r)
+}
+
+// decodeClaimReply decodes b when it is a claim reply as appendClaimReply writes it
+// (no spaces, known fields, strings without escapes), with the result encoding/json
+// would give; ok is false for anything else, which is left to encoding/json
+// (FuzzDecodeClaimReply holds it to that).
+func decodeClaimReply(b []byte) (runs []ClaimedRun, ok bool) {
+	d := claimDecoder{b: b}
+	if !d.lit(`{"runs":[`) {
+		return nil, false
+	}
+	runs = []ClaimedRun{}
+	if !d.lit("]") {
+		for {
+			var r ClaimedRun
+			if !d.run(&r) {
+				return nil, false
+			}
+			runs = append(runs, r)
+			if d.lit("]") {
+				break
+			}
+			if !d.lit(",") {
+				return nil, false
+			}
+		}
+	}
+	if !d.lit("}") {
+		return nil, false
+	}
+	for _, c := range d.b[d.i:] {
+		if c != ' ' && c != '\n' && c != '\r' && c != '\t' {
+			return nil, false
+		}
+	}
+	return runs, true
+}
+
+type claimDecoder struct {
+	b []byte
+	i int
+}
+
+// lit consumes s when it comes next.
+func (d *claimDecoder) lit(s string) bool {
+	if len(d.b)-d.i < len(s) || string(d.b[d.i:d.i+len(s)]) != s {
+		return false
+	}
+	d.i += len(s)
+	return true
+}
+
+// str consumes a string without escapes or control characters, in valid UTF-8, and
+// returns its bytes with their quotes.
+func (d *claimDecoder) str() ([]byte, bool) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return nil, false
+	}
+	ascii := true
+	for j := d.i + 1; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			s := d.b[d.i : j+1]
+			if !ascii && !utf8.Valid(s) {
+				return nil, false // encoding/json replaces invalid bytes
+			}
+			d.i = j + 1
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+// int consumes an integer that fits an int.
+func (d *claimDecoder) int() (int, bool) {
+	j := d.i
+	if j < len(d.b) && d.b[j] == '-' {
+		j++
+	}
+	start := j
+	for j < len(d.b) && d.b[j] >= '0' && d.b[j] <= '9' {
+		j++
+	}
+	if j == start || j-start > 1 && d.b[start] == '0' || j-start > 18 {
+		return 0, false
+	}
+	if j < len(d.b) && (d.b[j] == '.' || d.b[j] == 'e' || d.b[j] == 'E') {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(d.b[d.i:j]))
+	if err != nil {
+		return 0, false
+	}
+	d.i = j
+	return n, true
+}
+
+// run consumes one run's object.
+func (d *claimDecoder) run(r *ClaimedRun) bool {
+	if !d.lit("{") {
+		return false
+	}
+	if d.lit("}") {
+		return true
+	}
+	for {
+		key, ok := d.str()
+		if !ok || !d.lit(":") {
+			return false
+		}
+		var dst *string
+		switch string(key[1 : len(key)-1]) {
+		case "run":
+			dst = &r.Run
+		case "job_id":
+			dst = &r.JobID
+		case "queue":
+			dst = &r.Queue
+		case "type":
+			dst = &r.Type
+		case "payload_base64":
+			dst = &r.PayloadBase64
+		case "timeout":
+			dst = &r.Timeout
+		case "visibility":
+			dst = &r.Visibility
+		case "token":
+			dst = &r.Token
+		case "attempt":
+			if r.Attempt, ok = d.int(); !ok {
+				return false
+			}
+		case "max_attempts":
+			if r.MaxAttempts, ok = d.int(); !ok {
+				return false
+			}
+		case "due", "deadline":
+			t := &r.Due
+			if key[1] == 'd' && key[2] == 'e' {
+				t = &r.Deadline
+			}
+			s, ok := d.str()
+			if !ok || t.UnmarshalJSON(s) != nil {
+				return false
+			}
+		case "payload":
+			start := d.i
+			if !d.skipValue() || !json.Valid(d.b[start:d.i]) {
+				return false
+			}
+			r.Payload = append(json.RawMessage(nil), d.b[start:d.i]...)
+		default:
+			return false
+		}
+		if dst != nil {
+			s, ok := d.str()
+			if !ok {
+				return false
+			}
+			*dst = string(s[1 : len(s)-1])
+		}
+		if d.lit("}") {
+			return true
+		}
+		if !d.lit(",") {
+			return false
+		}
+	}
+}
+
+// skipValue consumes a JSON value, roughly (the caller validates it): up to the end of
+// a string, object or array, or for a literal up to the ',' or '}' after it.
+func (d *claimDecoder) skipValue() bool {
+	depth := 0
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch c {
+		case '"':
+			d.i++
+			for d.i < len(d.b) && d.b[d.i] != '"' {
+				if d.b[d.i] == '\\' {
+					d.i++
+				}
+				d.i++
+			}
+			if d.i >= len(d.b) {
+				return false
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return true
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				return true
+			}
+		case ' ', '\n', '\r', '\t':
+			return false
+		}
+		d.i++
+		if depth == 0 && (c == '"' || c == '}' || c == ']') {
+			return true
+		}
+	}
+	return false
 }

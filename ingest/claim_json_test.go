@@ -104,3 +104,92 @@ func BenchmarkClaimReply(b *testing.B) {
 		}
 	})
 }
+
+// decodeClaimReply decodes what appendClaimReply writes, as encoding/json does.
+func TestDecodeClaimReply(t *testing.T) {
+	t.Parallel()
+	c := shard.Claimed{Member: "job-1:1764000000000", JobID: "job-1", Type: "mail", Token: "1-9f", Attempt: 2, MaxAttempts: 25,
+		Due: time.UnixMilli(1764000000000), ClaimedAt: time.UnixMilli(1764000000123), Visibility: 30 * time.Second, Timeout: time.Minute}
+	var runs []pulledRun
+	for _, p := range []string{`{"to":"a@example.com","n":[1,2.5e3,null,true,false,"x\"y\\u00e9"]}`, "", "abc", `"s"`, `12`, `null`, `[]`, `{}`, `"é"`} {
+		c.Payload = []byte(p)
+		runs = append(runs, pulledRun{c: c, queue: "q"})
+	}
+	c.Type = "é€"
+	runs = append(runs, pulledRun{c: c, queue: "q"})
+	for _, rs := range [][]pulledRun{nil, runs[:1], runs} {
+		b := appendClaimReply(nil, rs)
+		got, ok := decodeClaimReply(b)
+		require.True(t, ok, "%s", b)
+		var want ClaimReply
+		require.NoError(t, json.Unmarshal(b, &want))
+		require.Equal(t, want.Runs, got)
+	}
+	// Escapes, spaces and unknown fields are left to encoding/json.
+	for _, b := range []string{
+		`{"runs":[{"run":"a\"b:1"}]}`,
+		`{"runs": []}`,
+		`{"runs":[{"extra":1}]}`,
+		`{"runs":[{"run":"\u00e9"}]}`,
+		`{"runs":[{"run":"a` + "\xff" + `"}]}`,
+	} {
+		_, ok := decodeClaimReply([]byte(b))
+		require.False(t, ok, b)
+		var r ClaimReply
+		require.NoError(t, r.decodeReply([]byte(b)), b)
+	}
+	var r ClaimReply
+	_, ok := decodeClaimReply([]byte(`{"runs":[{"attempt":1.0}]}`))
+	require.False(t, ok)
+	require.Error(t, r.decodeReply([]byte(`{"runs":[{"attempt":1.0}]}`)), "as encoding/json")
+}
+
+// Whatever decodeClaimReply accepts, encoding/json decodes to the same.
+func FuzzDecodeClaimReply(f *testing.F) {
+	c := shard.Claimed{Member: "job-1:1764000000000", JobID: "job-1", Type: "mail", Token: "1-9f", Attempt: 2, MaxAttempts: 25,
+		Due: time.UnixMilli(1764000000000), ClaimedAt: time.UnixMilli(1764000000123), Visibility: 30 * time.Second, Timeout: time.Minute,
+		Payload: []byte(`{"a":[1,"b"]}`)}
+	f.Add(appendClaimReply(nil, []pulledRun{{c: c, queue: "q"}, {c: c, queue: "r"}}))
+	c.Payload = []byte("xyz")
+	f.Add(appendClaimReply(nil, []pulledRun{{c: c, queue: "q"}}))
+	f.Add([]byte(`{"runs":[{"payload":1,"attempt":-3},{}]}`))
+	f.Add([]byte(`{"runs":[{"payload":"a,b}","due":"2026-01-01T00:00:00Z"}]}`))
+	f.Add([]byte(`{"runs":[]}` + "\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := decodeClaimReply(b)
+		if !ok {
+			return
+		}
+		var want ClaimReply
+		require.NoError(t, json.Unmarshal(b, &want), "%q", b)
+		require.Equal(t, want.Runs, got, "%q", b)
+	})
+}
+
+func BenchmarkDecodeClaimReply(b *testing.B) {
+	runs := make([]pulledRun, 200)
+	for i := range runs {
+		runs[i] = pulledRun{queue: "default", c: shard.Claimed{Member: "t123456:1764000000000", JobID: "t123456", Type: "noop",
+			Payload: bytes.Repeat([]byte("abcdefghij"), 10), Token: "1-9f2c6a0b1d3e4f50", Attempt: 1, MaxAttempts: 25,
+			Due: time.UnixMilli(1764000000000), ClaimedAt: time.Now(), Timeout: 30 * time.Minute, Visibility: 30 * time.Second}}
+	}
+	body := appendClaimReply(nil, runs)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r ClaimReply
+			if err := r.decodeReply(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r ClaimReply
+			if err := json.Unmarshal(body, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
