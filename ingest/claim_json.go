@@ -183,7 +183,7 @@ func (r *ClaimReply) decodeReply(b []byte) error {
 // would give; ok is false for anything else, which is left to encoding/json
 // (FuzzDecodeClaimReply holds it to that).
 func decodeClaimReply(b []byte) (runs []ClaimedRun, ok bool) {
-	d := claimDecoder{b: b}
+	d := fastDecoder{b: b}
 	if !d.lit(`{"runs":[`) {
 		return nil, false
 	}
@@ -214,13 +214,13 @@ func decodeClaimReply(b []byte) (runs []ClaimedRun, ok bool) {
 	return runs, true
 }
 
-type claimDecoder struct {
+type fastDecoder struct {
 	b []byte
 	i int
 }
 
 // lit consumes s when it comes next.
-func (d *claimDecoder) lit(s string) bool {
+func (d *fastDecoder) lit(s string) bool {
 	if len(d.b)-d.i < len(s) || string(d.b[d.i:d.i+len(s)]) != s {
 		return false
 	}
@@ -230,7 +230,7 @@ func (d *claimDecoder) lit(s string) bool {
 
 // str consumes a string without escapes or control characters, in valid UTF-8, and
 // returns its bytes with their quotes.
-func (d *claimDecoder) str() ([]byte, bool) {
+func (d *fastDecoder) str() ([]byte, bool) {
 	if d.i >= len(d.b) || d.b[d.i] != '"' {
 		return nil, false
 	}
@@ -254,7 +254,7 @@ func (d *claimDecoder) str() ([]byte, bool) {
 }
 
 // int consumes an integer that fits an int.
-func (d *claimDecoder) int() (int, bool) {
+func (d *fastDecoder) int() (int, bool) {
 	j := d.i
 	if j < len(d.b) && d.b[j] == '-' {
 		j++
@@ -278,7 +278,7 @@ func (d *claimDecoder) int() (int, bool) {
 }
 
 // run consumes one run's object.
-func (d *claimDecoder) run(r *ClaimedRun) bool {
+func (d *fastDecoder) run(r *ClaimedRun) bool {
 	if !d.lit("{") {
 		return false
 	}
@@ -352,7 +352,7 @@ func (d *claimDecoder) run(r *ClaimedRun) bool {
 
 // skipValue consumes a JSON value, roughly (the caller validates it): up to the end of
 // a string, object or array, or for a literal up to the ',' or '}' after it.
-func (d *claimDecoder) skipValue() bool {
+func (d *fastDecoder) skipValue() bool {
 	depth := 0
 	for d.i < len(d.b) {
 		c := d.b[d.i]

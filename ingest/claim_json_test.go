@@ -193,3 +193,81 @@ func BenchmarkDecodeClaimReply(b *testing.B) {
 		}
 	})
 }
+
+// decodeAckRuns decodes what the clients send as decodeJSON does, and leaves the rest
+// to it.
+func TestDecodeAckRuns(t *testing.T) {
+	t.Parallel()
+	for _, b := range []string{
+		`{"runs":[{"run":"a:1","token":"t"}]}`,
+		`{"runs":[{"token":"t","run":"a:1","result":{"x":[1,"y\"z"]}},{"run":"b:2","token":"u","result_base64":"AA=="},{}]}` + "\n",
+		`{"runs":[{"run":"é:1","token":"t","result":null}]}`,
+		`{"runs":[{"run":"a:1","token":"t","result":"s"},{"run":"a:1","token":"t","result":-1.5e3}]}`,
+	} {
+		got, ok := decodeAckRuns([]byte(b))
+		require.True(t, ok, b)
+		var want AckRunsRequest
+		require.Nil(t, decodeJSON([]byte(b), &want), b)
+		require.Equal(t, want, got, b)
+	}
+	for _, b := range []string{
+		`{"runs":[]}`, `{"runs":null}`, `{"runs": [{"run":"a:1"}]}`, `{"runs":[{"RUN":"a:1"}]}`, `{"runs":[{"run":"a\u00e9:1"}]}`,
+		`{"runs":[{"run":"a:1","extra":1}]}`, `{"runs":[{"run":1}]}`, `{"runs":[{"run":"a:1"}]}x`, `{"runs":[{"result":{"a":1 }}]}`,
+		`{"runs":[{"run":"a:1"}],"runs":[]}`,
+	} {
+		_, ok := decodeAckRuns([]byte(b))
+		require.False(t, ok, b)
+	}
+}
+
+func FuzzDecodeAckRuns(f *testing.F) {
+	f.Add([]byte(`{"runs":[{"run":"a:1","token":"t"}]}`))
+	f.Add([]byte(`{"runs":[{"token":"t","run":"a:1","result":{"x":[1,"y\"z"]}},{"run":"b:2","token":"u","result_base64":"AA=="},{}]}`))
+	f.Add([]byte(`{"runs":[{"run":"a:1","result":[1,{"b":null}],"result":true}]}` + "\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := decodeAckRuns(b)
+		if !ok {
+			return
+		}
+		var want AckRunsRequest
+		require.Nil(t, decodeJSON(b, &want), "%q", b)
+		require.Equal(t, want, got, "%q", b)
+	})
+}
+
+// decodeRunsReply decodes what the server writes for runs without errors, as
+// encoding/json does.
+func TestDecodeRunsReply(t *testing.T) {
+	t.Parallel()
+	for _, rr := range []RunsReply{
+		{Runs: []RunResult{}},
+		{Runs: []RunResult{{Run: "a:1", Status: 200, Outcome: "ok"}, {Run: "b<&>é:2", Status: 200, Outcome: "error"}}, Done: 2},
+		{Runs: []RunResult{{Run: "a:1", Status: 404}}, Refused: 1},
+	} {
+		b := encodingJSON(t, &rr)
+		got, ok := decodeRunsReply(b)
+		require.True(t, ok, "%s", b)
+		require.Equal(t, rr, got)
+	}
+	rr := RunsReply{Runs: []RunResult{{Run: "a:1", Status: 409, Error: &Error{Code: CodeTokenMismatch, Message: "m", Field: "runs[0].token"}}}, Refused: 1}
+	b := encodingJSON(t, &rr)
+	_, ok := decodeRunsReply(b)
+	require.False(t, ok, "errors go to encoding/json")
+	var got RunsReply
+	require.NoError(t, got.decodeReply(b))
+	require.Equal(t, rr, got)
+}
+
+func FuzzDecodeRunsReply(f *testing.F) {
+	f.Add([]byte(`{"runs":[{"run":"a:1","status":200,"outcome":"ok"},{"run":"b:1","status":404}],"done":1,"refused":1}` + "\n"))
+	f.Add([]byte(`{"runs":[],"done":0,"refused":0}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := decodeRunsReply(b)
+		if !ok {
+			return
+		}
+		var want RunsReply
+		require.NoError(t, json.Unmarshal(b, &want), "%q", b)
+		require.Equal(t, want, got, "%q", b)
+	})
+}

@@ -604,9 +604,15 @@ func (s *Server) finishRun(ctx *fasthttp.RequestCtx, run string, f shard.Finish)
 // ackRuns serves POST /v1/runs:ack: the successes of several runs, one finish_runs call
 // per shard in one pipeline.
 func (s *Server) ackRuns(ctx *fasthttp.RequestCtx, _ string) {
-	var req AckRunsRequest
-	if !s.decodeRunBody(ctx, &req) {
+	if !requireJSON(ctx) {
 		return
+	}
+	req, ok := decodeAckRuns(ctx.PostBody())
+	if !ok {
+		if aerr := decodeJSON(ctx.PostBody(), &req); aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
 	}
 	if aerr := checkReportRuns(len(req.Runs)); aerr != nil {
 		writeError(ctx, aerr)
