@@ -713,11 +713,12 @@ func (s *Server) reportRuns(ctx *fasthttp.RequestCtx, fs []shard.Finish, out []R
 		byShard[id] = append(byShard[id], fs[i])
 		idx[id] = append(idx[id], i)
 	}
-	rc, cancel := s.rctx(ctx)
-	defer cancel()
 	var mismatch []int
 	if len(byShard) > 0 {
-		for id, r := range s.store.FinishMany(rc, byShard) {
+		rc, cancel := s.rctx(ctx)
+		finished := s.store.FinishMany(rc, byShard)
+		cancel()
+		for id, r := range finished {
 			var shardErr *apiError
 			if r.Err != nil {
 				shardErr = s.storeAPIError(ctx, "runs of shard "+strconv.Itoa(int(id)), r.Err)
@@ -748,7 +749,10 @@ func (s *Server) reportRuns(ctx *fasthttp.RequestCtx, fs []shard.Finish, out []R
 		jobID, _, _ := shard.SplitMember(run)
 		gerr, seen := known[jobID]
 		if !seen {
-			if _, err := s.store.Get(rc, jobID); err != nil && !errors.Is(err, shard.ErrNotFound) {
+			rc, cancel := s.rctx(ctx)
+			_, err := s.store.Get(rc, jobID)
+			cancel()
+			if err != nil && !errors.Is(err, shard.ErrNotFound) {
 				gerr = s.storeAPIError(ctx, "job "+strconv.Quote(jobID), err)
 			} else if err != nil {
 				gerr = &apiError{status: 404, code: CodeNotFound}
