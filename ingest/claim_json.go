@@ -214,6 +214,9 @@ func decodeClaimReply(b []byte) (runs []ClaimedRun, ok bool) {
 	return runs, true
 }
 
+// fastDecoder reads JSON in the plain encoding of the fast paths (compact, strings
+// without escapes); each method consumes what it reads and returns false, consuming
+// nothing useful, on anything else, for the caller to fall back on encoding/json.
 type fastDecoder struct {
 	b []byte
 	i int
