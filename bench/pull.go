@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/job"
@@ -47,8 +49,9 @@ func (e *env) startDispatchers(ctx context.Context) (stop func(), err error) {
 // throughputHTTP is the throughput scenario with cfg.HTTPWorkers workers over the pull
 // protocol: an ingest server in this process on a free loopback port, and goroutines
 // that claim runs with POST /v1/runs:claim (cfg.ClaimMax a call, waiting up to a second)
-// and ack each with POST /v1/runs/{run}:ack, through ingest.Client. The protocol has no
-// batch ack: every run costs one HTTP request of its own besides its share of a claim.
+// and ack the runs of each claim with one POST /v1/runs:ack, through ingest.Client
+// (cfg.SingleAcks: one POST /v1/runs/{run}:ack per run instead). Each worker claims
+// again while its last claim's runs are acked, from a goroutine of its own.
 func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResult, error) {
 	if cfg.ClaimMax == 0 {
 		cfg.ClaimMax = DefaultClaimMax
@@ -93,7 +96,7 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 	}
 
 	seen := make([]atomic.Int32, cfg.Jobs)
-	var processed, claims, acks, ackErrs atomic.Int64
+	var processed, claims, ackCalls, ackErrs atomic.Int64
 	var first, last atomic.Int64
 	var errMu, histMu sync.Mutex
 	claimHist, ackHist := newLatencyHist(), newLatencyHist()
@@ -106,16 +109,76 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 	defer stopD()
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	done := func(r *ingest.ClaimedRun) {
+		i, err := strconv.Atoi(r.JobID[1:])
+		if err != nil || i < 0 || i >= cfg.Jobs {
+			return
+		}
+		if seen[i].Add(1) == 1 {
+			processed.Add(1)
+			last.Store(time.Now().UnixNano())
+		}
+	}
+	// ack reports the runs of one claim, in one request (or one per run).
+	ack := func(runs []ingest.ClaimedRun, ah *hdrhistogram.Histogram) {
+		if cfg.SingleAcks {
+			for k := range runs {
+				r := &runs[k]
+				t1 := time.Now()
+				ackCalls.Add(1)
+				if _, err := client.AckRun(wctx, r.Run, r.Token, nil); err != nil {
+					ackErrs.Add(1)
+					continue
+				}
+				_ = ah.RecordValue(time.Since(t1).Microseconds())
+				done(r)
+			}
+			return
+		}
+		acks := make([]ingest.RunAck, len(runs))
+		for k, r := range runs {
+			acks[k] = ingest.RunAck{Run: r.Run, Token: r.Token}
+		}
+		t1 := time.Now()
+		ackCalls.Add(1)
+		ar, err := client.AckRuns(wctx, acks)
+		if err != nil || len(ar.Runs) != len(acks) {
+			ackErrs.Add(int64(len(acks)))
+			return
+		}
+		_ = ah.RecordValue(time.Since(t1).Microseconds())
+		for k := range ar.Runs {
+			if ar.Runs[k].Status != 200 {
+				ackErrs.Add(1)
+				continue
+			}
+			done(&runs[k])
+		}
+	}
 	for w := range cfg.HTTPWorkers {
-		wg.Add(1)
+		// A worker claims again while the runs of its last claim are acked, as the
+		// reference workers do (their acks go from a thread of their own); at most one
+		// claim's runs wait for the ack in flight.
+		pending := make(chan []ingest.ClaimedRun, 1)
+		ah := newLatencyHist()
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			for runs := range pending {
+				ack(runs, ah)
+			}
+			histMu.Lock()
+			ackHist.Merge(ah)
+			histMu.Unlock()
+		}()
+		go func() {
+			defer wg.Done()
+			defer close(pending)
 			name := "bench-http-" + strconv.Itoa(w)
-			ch, ah := newLatencyHist(), newLatencyHist()
+			ch := newLatencyHist()
 			defer func() {
 				histMu.Lock()
 				claimHist.Merge(ch)
-				ackHist.Merge(ah)
 				histMu.Unlock()
 			}()
 			for wctx.Err() == nil {
@@ -133,27 +196,12 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 					continue
 				}
 				claims.Add(1)
-				if len(reply.Runs) > 0 {
-					_ = ch.RecordValue(time.Since(t0).Microseconds())
+				if len(reply.Runs) == 0 {
+					continue
 				}
-				for _, r := range reply.Runs {
-					first.CompareAndSwap(0, time.Now().UnixNano())
-					t1 := time.Now()
-					if _, err := client.AckRun(wctx, r.Run, r.Token, nil); err != nil {
-						ackErrs.Add(1)
-						continue
-					}
-					_ = ah.RecordValue(time.Since(t1).Microseconds())
-					acks.Add(1)
-					i, err := strconv.Atoi(r.JobID[1:])
-					if err != nil || i < 0 || i >= cfg.Jobs {
-						continue
-					}
-					if seen[i].Add(1) == 1 {
-						processed.Add(1)
-						last.Store(time.Now().UnixNano())
-					}
-				}
+				_ = ch.RecordValue(time.Since(t0).Microseconds())
+				first.CompareAndSwap(0, time.Now().UnixNano())
+				pending <- reply.Runs
 			}
 		}()
 	}
@@ -189,7 +237,8 @@ func throughputHTTP(ctx context.Context, cfg ThroughputConfig) (*ThroughputResul
 	}
 	res.Claims, res.AckErrors = int(claims.Load()), int(ackErrs.Load())
 	res.ClaimMs, res.AckMs = ptr(histPercentiles(claimHist)), ptr(histPercentiles(ackHist))
-	res.Requests = res.Claims + int(acks.Load()) + res.AckErrors
+	res.AckCalls = int(ackCalls.Load())
+	res.Requests = res.Claims + res.AckCalls
 	if res.Processed < cfg.Jobs && firstErr != nil {
 		return res, fmt.Errorf("bench throughput: %d of %d jobs processed; first claim error: %w", res.Processed, cfg.Jobs, firstErr)
 	}

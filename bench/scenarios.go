@@ -215,6 +215,9 @@ type ThroughputConfig struct {
 	HTTPWorkers int
 	// ClaimMax is the runs an HTTP worker asks for per claim. Default DefaultClaimMax.
 	ClaimMax int
+	// SingleAcks has HTTP workers ack each run with a request of its own (POST
+	// /v1/runs/{run}:ack) instead of the runs of a claim in one POST /v1/runs:ack.
+	SingleAcks bool
 }
 
 // ThroughputResult is what the throughput scenario prints.
@@ -232,15 +235,17 @@ type ThroughputResult struct {
 	RedisCPUUsPerRun float64 `json:"redis_cpu_us_per_run,omitempty"`
 	Concurrency      int     `json:"concurrency,omitempty"`
 	// HTTPWorkers and ClaimMax are ThroughputConfig's; Claims counts the claim requests
-	// that answered, Requests every HTTP request (claims and one ack per run), AckErrors
-	// the acks refused (none in a normal run).
+	// that answered, AckCalls the ack requests (one per claim that returned runs, or one
+	// per run with SingleAcks), Requests both, AckErrors the runs whose ack was refused
+	// or failed (none in a normal run).
 	HTTPWorkers int `json:"http_workers,omitempty"`
 	ClaimMax    int `json:"claim_max,omitempty"`
 	Claims      int `json:"claims,omitempty"`
+	AckCalls    int `json:"ack_calls,omitempty"`
 	Requests    int `json:"requests,omitempty"`
 	AckErrors   int `json:"ack_errors,omitempty"`
-	// ClaimMs is the latency of the claims that returned runs, AckMs of the acks, per
-	// HTTP request as the worker saw it (HTTP workers only).
+	// ClaimMs is the latency of the claims that returned runs, AckMs of the ack
+	// requests, per HTTP request as the worker saw it (HTTP workers only).
 	ClaimMs *Percentiles `json:"claim_ms,omitempty"`
 	AckMs   *Percentiles `json:"ack_ms,omitempty"`
 	// Procs is the GOMAXPROCS the scenario ran with (tock bench's --procs).

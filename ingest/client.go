@@ -350,12 +350,19 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, h ht
 		return resp.StatusCode, replyError(resp, b)
 	}
 	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
+		unmarshal := json.Unmarshal
+		if d, ok := out.(replyDecoder); ok {
+			unmarshal = func(b []byte, _ any) error { return d.decodeReply(b) }
+		}
+		if err := unmarshal(b, out); err != nil {
 			return resp.StatusCode, fmt.Errorf("ingest: %s %s: decode %d reply: %w", method, path, resp.StatusCode, err)
 		}
 	}
 	return resp.StatusCode, nil
 }
+
+// replyDecoder is a reply with a decoder of its own, faster than encoding/json.
+type replyDecoder interface{ decodeReply(b []byte) error }
 
 // replyError builds the *APIError of a non-2xx reply. A body that is not the API's error
 // shape (a proxy's HTML page, say) becomes the message, shortened.

@@ -58,6 +58,25 @@ func (c *Client) CancelRun(ctx context.Context, run, token, errMsg string) (RunR
 	return c.runAction(ctx, run, ":cancel", CancelRunRequest{Token: token, Error: errMsg})
 }
 
+// AckRuns reports the successes of several runs in one call (POST /v1/runs:ack, at most
+// MaxReportRuns): one Redis script call per shard instead of one per run. The reply
+// says, per run and in order, whether it was recorded (Status 200) or refused: 409
+// CodeTokenMismatch for a run not held with its token any more, 404, or 400/413 for
+// the run's own fields. The error is for the call as a whole.
+func (c *Client) AckRuns(ctx context.Context, runs []RunAck) (RunsReply, error) {
+	var r RunsReply
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs:ack", nil, nil, AckRunsRequest{Runs: runs}, &r)
+	return r, err
+}
+
+// FailRuns reports the failures of several runs in one call (POST /v1/runs:fail), as
+// AckRuns.
+func (c *Client) FailRuns(ctx context.Context, runs []RunFail) (RunsReply, error) {
+	var r RunsReply
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs:fail", nil, nil, FailRunsRequest{Runs: runs}, &r)
+	return r, err
+}
+
 func (c *Client) runAction(ctx context.Context, run, verb string, in any) (RunReply, error) {
 	var r RunReply
 	err := c.doRes(ctx, http.MethodPost, "/v1/runs/", run, verb, in, &r)

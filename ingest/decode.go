@@ -530,6 +530,17 @@ func encodePayload(p []byte) (json.RawMessage, string) {
 }
 
 func isCompactJSON(p []byte) bool {
+	if len(p) == 0 {
+		return false
+	}
+	// Most payloads that are not JSON fail on their first byte, which a compact JSON
+	// value starts with; json.Valid builds an error for them (allocations and a quoted
+	// excerpt), which is most of the time of a claim reply of such runs.
+	switch c := p[0]; {
+	case c == '{' || c == '[' || c == '"' || c == '-' || c == 't' || c == 'f' || c == 'n' || c >= '0' && c <= '9':
+	default:
+		return false
+	}
 	if !utf8.Valid(p) || !json.Valid(p) {
 		return false
 	}

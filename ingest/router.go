@@ -50,6 +50,8 @@ const (
 	rDeadBulk
 	rRunsClaim
 	rRunsHeartbeat
+	rRunsAck
+	rRunsFail
 	rRunAck
 	rRunFail
 	rRunSnooze
@@ -87,6 +89,8 @@ var patterns = [numRoutes]string{
 
 	rRunsClaim:     "/v1/runs:claim",
 	rRunsHeartbeat: "/v1/runs:heartbeat",
+	rRunsAck:       "/v1/runs:ack",
+	rRunsFail:      "/v1/runs:fail",
 	rRunAck:        "/v1/runs/{run}:ack",
 	rRunFail:       "/v1/runs/{run}:fail",
 	rRunSnooze:     "/v1/runs/{run}:snooze",
@@ -144,6 +148,10 @@ func match(path string) (r int, p string, bad bool) {
 		return rRunsClaim, "", false
 	case "/v1/runs:heartbeat":
 		return rRunsHeartbeat, "", false
+	case "/v1/runs:ack":
+		return rRunsAck, "", false
+	case "/v1/runs:fail":
+		return rRunsFail, "", false
 	case "/v1/audit":
 		return rAudit, "", false
 	}
@@ -320,6 +328,8 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rBreakers, "GET", read, s.listBreakers)
 	add(rRunsClaim, "POST", work, s.claimRuns)
 	add(rRunsHeartbeat, "POST", work, s.heartbeatRuns)
+	add(rRunsAck, "POST", work, s.ackRuns)
+	add(rRunsFail, "POST", work, s.failRuns)
 	add(rRunAck, "POST", work, s.ackRun)
 	add(rRunFail, "POST", work, s.failRun)
 	add(rRunSnooze, "POST", work, s.snoozeRun)

@@ -33,6 +33,9 @@ const (
 	MaxClaimTypes  = 256
 	// MaxHeartbeatRuns bounds the runs of one heartbeat.
 	MaxHeartbeatRuns = 1000
+	// MaxReportRuns bounds the runs of one batch report (POST /v1/runs:ack and
+	// /v1/runs:fail): as many as a claim may return.
+	MaxReportRuns = MaxClaimRuns
 	// DefaultMaxResult is the default of Config.MaxResult.
 	DefaultMaxResult = 64 << 10
 	// maxRunDelay bounds a snooze's delay and a failure's retry_after.
@@ -87,7 +90,7 @@ func (s *Server) claimRuns(ctx *fasthttp.RequestCtx, _ string) {
 		writeError(ctx, aerr)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, &ClaimReply{Runs: runs})
+	writeClaimReply(ctx, runs)
 }
 
 // checkClaim validates a claim request, setting its defaults, and returns its wait.
@@ -137,7 +140,7 @@ func checkClaim(req *ClaimRequest) (time.Duration, *apiError) {
 
 // pull claims up to req.Max runs that start now, waiting up to wait for some when none
 // is ready. Runs of a type not in req.Types are handed back at once.
-func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Duration) ([]ClaimedRun, *apiError) {
+func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Duration) ([]pulledRun, *apiError) {
 	var nb [8]byte
 	_, _ = rand.Read(nb[:])
 	nonce := hex.EncodeToString(nb[:])
@@ -153,7 +156,7 @@ func (s *Server) pull(ctx *fasthttp.RequestCtx, req *ClaimRequest, wait time.Dur
 	for _, t := range req.Types {
 		types[t] = true
 	}
-	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}, out: []ClaimedRun{}}
+	p := &puller{s: s, req: req, nonce: nonce, types: types, skip: map[pullSource]bool{}, out: make([]pulledRun, 0, min(req.Max, 256))}
 
 	// A first pass over every source.
 	if aerr := p.pass(ctx, all); aerr != nil || len(p.out) > 0 || wait == 0 {
@@ -255,7 +258,7 @@ type puller struct {
 	types map[string]bool
 	skip  map[pullSource]bool // sources whose runs of other types were handed back
 	ahead []pullSource        // sources that stopped at a run fired ahead of its start
-	out   []ClaimedRun
+	out   []pulledRun
 }
 
 // pass claims from srcs what is left of req.Max, in rounds of one pipeline each: a
@@ -300,7 +303,8 @@ func (p *puller) pass(ctx *fasthttp.RequestCtx, srcs []pullSource) *apiError {
 				p.s.handBack(ctx, back)
 				return p.s.storeAPIError(ctx, "claim", r.Err)
 			}
-			for _, c := range r.Runs {
+			for k := range r.Runs {
+				c := &r.Runs[k]
 				if len(p.types) > 0 && !p.types[c.Type] {
 					if back == nil {
 						back = map[shard.ID][]shard.Finish{}
@@ -309,7 +313,7 @@ func (p *puller) pass(ctx *fasthttp.RequestCtx, srcs []pullSource) *apiError {
 					p.skip[round[i]] = true
 					continue
 				}
-				p.out = append(p.out, wireClaimed(&c, reqs[i].Queue))
+				p.out = append(p.out, pulledRun{c: *c, queue: reqs[i].Queue})
 			}
 			switch {
 			case p.skip[round[i]]:
@@ -595,4 +599,183 @@ func (s *Server) finishRun(ctx *fasthttp.RequestCtx, run string, f shard.Finish)
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &RunReply{Run: run, Outcome: string(f.Outcome)})
+}
+
+// ackRuns serves POST /v1/runs:ack: the successes of several runs, one finish_runs call
+// per shard in one pipeline.
+func (s *Server) ackRuns(ctx *fasthttp.RequestCtx, _ string) {
+	if !requireJSON(ctx) {
+		return
+	}
+	req, ok := decodeAckRuns(ctx.PostBody())
+	if !ok {
+		if aerr := decodeJSON(ctx.PostBody(), &req); aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+	}
+	if aerr := checkReportRuns(len(req.Runs)); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	out := make([]RunResult, len(req.Runs))
+	fs := make([]shard.Finish, len(req.Runs))
+	for i := range req.Runs {
+		r := &req.Runs[i]
+		out[i].Run = r.Run
+		field := "runs[" + strconv.Itoa(i) + "]"
+		if aerr := checkReport(field, r.Run, r.Token); aerr != nil {
+			out[i].refuse(aerr)
+			continue
+		}
+		res, aerr := decodeResult(r.Result, r.ResultBase64 != "", r.ResultBase64, s.cfg.MaxResult)
+		if aerr != nil {
+			aerr.field = field + "." + aerr.field
+			out[i].refuse(aerr)
+			continue
+		}
+		fs[i] = shard.Finish{Member: r.Run, Token: r.Token, Outcome: shard.Succeeded, Result: res}
+	}
+	s.reportRuns(ctx, fs, out)
+}
+
+// failRuns serves POST /v1/runs:fail: the failures of several runs, as ackRuns.
+func (s *Server) failRuns(ctx *fasthttp.RequestCtx, _ string) {
+	var req FailRunsRequest
+	if !s.decodeRunBody(ctx, &req) {
+		return
+	}
+	if aerr := checkReportRuns(len(req.Runs)); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	out := make([]RunResult, len(req.Runs))
+	fs := make([]shard.Finish, len(req.Runs))
+	for i := range req.Runs {
+		r := &req.Runs[i]
+		out[i].Run = r.Run
+		field := "runs[" + strconv.Itoa(i) + "]"
+		if aerr := checkReport(field, r.Run, r.Token); aerr != nil {
+			out[i].refuse(aerr)
+			continue
+		}
+		d, aerr := runDelay(field+".retry_after", r.RetryAfter)
+		if aerr != nil {
+			out[i].refuse(aerr)
+			continue
+		}
+		msg := r.Error
+		if msg == "" {
+			msg = "failed by the worker"
+		}
+		fs[i] = shard.Finish{Member: r.Run, Token: r.Token, Outcome: shard.Failed, Error: msg, Delay: d}
+	}
+	s.reportRuns(ctx, fs, out)
+}
+
+// checkReportRuns bounds the runs of a batch report.
+func checkReportRuns(n int) *apiError {
+	switch {
+	case n == 0:
+		return invalid("runs", "at least one run is required")
+	case n > MaxReportRuns:
+		return invalid("runs", strconv.Itoa(n)+" runs: at most "+strconv.Itoa(MaxReportRuns)+" may be reported in one call")
+	}
+	return nil
+}
+
+// checkReport checks the run and token of one run of a batch report: a run id that
+// cannot exist is not found, as in the run's own call.
+func checkReport(field, run, token string) *apiError {
+	if validRun(run) != nil {
+		return &apiError{status: 404, code: CodeNotFound, field: field + ".run", msg: "run " + strconv.Quote(run) + " not found: a run is <job id>:<due ms>"}
+	}
+	return validToken(field+".token", token)
+}
+
+func (r *RunResult) refuse(aerr *apiError) {
+	r.Status, r.Error = aerr.status, aerr.wire()
+}
+
+// reportRuns records fs, the reports of a batch (those with a Member: the others are
+// refused in out already) with one finish_runs call per shard in one pipeline, and
+// answers out. A run not held with its token is refused with 409, or 404 when its job
+// does not exist, as in its own call.
+func (s *Server) reportRuns(ctx *fasthttp.RequestCtx, fs []shard.Finish, out []RunResult) {
+	byShard := map[shard.ID][]shard.Finish{}
+	idx := map[shard.ID][]int{}
+	for i := range fs {
+		if fs[i].Member == "" {
+			continue
+		}
+		jobID, _, _ := shard.SplitMember(fs[i].Member)
+		id := s.store.ShardOf(jobID)
+		byShard[id] = append(byShard[id], fs[i])
+		idx[id] = append(idx[id], i)
+	}
+	var mismatch []int
+	if len(byShard) > 0 {
+		rc, cancel := s.rctx(ctx)
+		finished := s.store.FinishMany(rc, byShard)
+		cancel()
+		for id, r := range finished {
+			var shardErr *apiError
+			if r.Err != nil {
+				shardErr = s.storeAPIError(ctx, "runs of shard "+strconv.Itoa(int(id)), r.Err)
+			}
+			for k, i := range idx[id] {
+				var err error
+				if k < len(r.Errs) {
+					err = r.Errs[k]
+				}
+				switch {
+				case shardErr != nil:
+					out[i].refuse(shardErr)
+				case err == nil:
+					out[i].Status, out[i].Outcome = 200, string(fs[i].Outcome)
+				case errors.Is(err, shard.ErrTokenMismatch):
+					mismatch = append(mismatch, i)
+				default:
+					out[i].refuse(s.storeAPIError(ctx, "run "+strconv.Quote(fs[i].Member), err))
+				}
+			}
+		}
+	}
+	// Not held with this token: an unknown run is 404, a known one 409. Rare: a read per
+	// job.
+	known := map[string]*apiError{}
+	for _, i := range mismatch {
+		run := fs[i].Member
+		jobID, _, _ := shard.SplitMember(run)
+		gerr, seen := known[jobID]
+		if !seen {
+			rc, cancel := s.rctx(ctx)
+			_, err := s.store.Get(rc, jobID)
+			cancel()
+			if err != nil && !errors.Is(err, shard.ErrNotFound) {
+				gerr = s.storeAPIError(ctx, "job "+strconv.Quote(jobID), err)
+			} else if err != nil {
+				gerr = &apiError{status: 404, code: CodeNotFound}
+			}
+			known[jobID] = gerr
+		}
+		switch {
+		case gerr == nil:
+			out[i].refuse(&apiError{status: 409, code: CodeTokenMismatch, field: "runs[" + strconv.Itoa(i) + "].token",
+				msg: "run " + strconv.Quote(run) + " is not held with this token: it was redelivered to another worker after its deadline, or it ended already"})
+		case gerr.status == 404:
+			out[i].refuse(&apiError{status: 404, code: CodeNotFound, msg: "run " + strconv.Quote(run) + " not found"})
+		default:
+			out[i].refuse(gerr)
+		}
+	}
+	reply := RunsReply{Runs: out}
+	for i := range out {
+		if out[i].Status == 200 {
+			reply.Done++
+		} else {
+			reply.Refused++
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, &reply)
 }

@@ -123,3 +123,53 @@ type RunReply struct {
 // CodeTokenMismatch is the code of a 409 reply to a call on a run not held with its
 // token (redelivered to another worker after its deadline, or finished).
 const CodeTokenMismatch = "token_mismatch"
+
+// AckRunsRequest is the body of POST /v1/runs:ack: the successes of several runs in one
+// call (at most MaxReportRuns).
+type AckRunsRequest struct {
+	Runs []RunAck `json:"runs"`
+}
+
+// RunAck is one run of an AckRunsRequest: as the body of POST /v1/runs/{run}:ack, with
+// the run.
+type RunAck struct {
+	Run          string          `json:"run"`
+	Token        string          `json:"token"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultBase64 string          `json:"result_base64,omitempty"`
+}
+
+// FailRunsRequest is the body of POST /v1/runs:fail: the failures of several runs in
+// one call (at most MaxReportRuns).
+type FailRunsRequest struct {
+	Runs []RunFail `json:"runs"`
+}
+
+// RunFail is one run of a FailRunsRequest: as the body of POST /v1/runs/{run}:fail, with
+// the run.
+type RunFail struct {
+	Run        string `json:"run"`
+	Token      string `json:"token"`
+	Error      string `json:"error,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
+}
+
+// RunResult is what became of one run of a batch report, in request order. Status is
+// the HTTP status the run's own call (POST /v1/runs/{run}:ack or :fail) would have had:
+// 200 with Outcome, else Error: 409 CodeTokenMismatch (not held with this token: it was
+// redelivered after its deadline, or it ended already), 404 (no such run or job), 400 or
+// 413 (this run's fields; the others are reported), 500 or 503 (Redis, for the runs of
+// one shard).
+type RunResult struct {
+	Run     string `json:"run"`
+	Status  int    `json:"status"`
+	Outcome string `json:"outcome,omitempty"` // "ok" or "error", with status 200
+	Error   *Error `json:"error,omitempty"`
+}
+
+// RunsReply is the reply of POST /v1/runs:ack and /v1/runs:fail.
+type RunsReply struct {
+	Runs    []RunResult `json:"runs"`    // in request order
+	Done    int         `json:"done"`    // runs with status 200
+	Refused int         `json:"refused"` // runs with another status
+}

@@ -24,7 +24,7 @@ import (
 const benchUsage = `Usage:
   tock bench fire --jobs N --window 10s --lead 20s --concurrency C --payload 100 [--pending M]
                   [--producer-only | --workers-only --namespace NS]
-  tock bench throughput --jobs N --concurrency C [--http-workers N --claim-max M]
+  tock bench throughput --jobs N --concurrency C [--http-workers N --claim-max M --single-acks]
   tock bench push --jobs N --concurrency C
   tock bench memory --jobs N --payload 100 --redis host:port
   tock bench bare --jobs N --batch 500 --concurrency 8 --payload 100
@@ -45,8 +45,9 @@ var benchAbout = map[string]string{
 		"run dispatchers and workers, and report fires/s inside the window, lateness percentiles, " +
 		"duplicates and misses as JSON.",
 	"throughput": "Create --jobs immediate jobs and report how fast dispatchers and workers process them, as JSON. " +
-		"With --http-workers N, N workers claim and ack over the pull protocol (POST /v1/runs:claim, one " +
-		"POST /v1/runs/{run}:ack per run) against an API server in this process on a loopback port.",
+		"With --http-workers N, N workers claim and ack over the pull protocol (POST /v1/runs:claim, then one " +
+		"POST /v1/runs:ack for the runs of each claim; --single-acks: one POST /v1/runs/{run}:ack per run) " +
+		"against an API server in this process on a loopback port.",
 	"push": "Create --jobs immediate push jobs whose target is an HTTP sink the bench runs on a loopback port " +
 		"(checking every signature), deliver them with an executor in this process, and report deliveries/s as JSON.",
 	"memory": "Create --jobs pending jobs and report the Redis memory each takes, as JSON.",
@@ -90,6 +91,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		samples, queues            int
 		noLoad                     bool
 		httpWorkers, claimMax      int
+		singleAcks                 bool
 	)
 	fs.StringVar(&redis, "redis", "", "Redis `address(es)`, comma-separated (env TOCK_REDIS; default: an embedded in-memory Redis)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
@@ -139,6 +141,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 	if scenario == "throughput" {
 		fs.IntVar(&httpWorkers, "http-workers", 0, "workers over the pull protocol (HTTP) instead of the Go worker; 0: the Go worker")
 		fs.IntVar(&claimMax, "claim-max", bench.DefaultClaimMax, "runs an HTTP worker claims per request (with --http-workers)")
+		fs.BoolVar(&singleAcks, "single-acks", false, "HTTP workers ack each run with a request of its own (POST /v1/runs/{run}:ack) instead of a claim's runs in one POST /v1/runs:ack")
 	}
 	if scenario == "ingest" {
 		fs.StringVar(&api, "api", "", "base URL of a running API (default: an in-process server on a free loopback port)")
@@ -204,7 +207,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 			Concurrency: concurrency, Payload: payload, Pending: pending, ProducerOnly: producerOnly, WorkersOnly: workersOnly})
 	case "throughput":
 		res, err = bench.Throughput(ctx, bench.ThroughputConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload,
-			HTTPWorkers: httpWorkers, ClaimMax: claimMax})
+			HTTPWorkers: httpWorkers, ClaimMax: claimMax, SingleAcks: singleAcks})
 	case "push":
 		res, err = bench.Push(ctx, bench.PushConfig{Common: common, Jobs: jobs, Concurrency: concurrency, Payload: payload})
 	case "memory":

@@ -1,5 +1,6 @@
 // A small client of tock's HTTP API: jobs (create, get, runs) and the run endpoints of the
-// pull protocol (claim, heartbeat, ack, fail, snooze, cancel). Uses the global fetch.
+// pull protocol (claim, heartbeat, ack, fail, snooze, cancel; ackMany and failMany report
+// several runs in one call). Uses the global fetch.
 import { formatDuration, parseDuration } from './duration.js';
 
 /** An error reply of the API: status (HTTP), code ("conflict", "token_mismatch"...), field. */
@@ -109,6 +110,37 @@ export class Client {
     if (result instanceof Uint8Array) body.result_base64 = Buffer.from(result).toString('base64');
     else if (result !== undefined && result !== null) body.result = result;
     return (await this.#do('POST', Client.#runPath(run, 'ack'), body)).body;
+  }
+
+  /**
+   * Report that several runs succeeded in one call (POST /v1/runs:ack, at most 1000 runs;
+   * one Redis call per shard instead of one per run). runs: {run, token, result} objects,
+   * result any JSON value or a Buffer/Uint8Array (kept as bytes), or absent. Resolves to
+   * the results in order: {run, status} with outcome when status is 200, else error: 409
+   * (token_mismatch: redelivered meanwhile, drop it), 404, 400 or 413 for that run.
+   */
+  async ackMany(runs) {
+    const items = runs.map(({ run, token, result }) => {
+      const item = { run, token };
+      if (result instanceof Uint8Array) item.result_base64 = Buffer.from(result).toString('base64');
+      else if (result !== undefined && result !== null) item.result = result;
+      return item;
+    });
+    return (await this.#do('POST', '/v1/runs:ack', { runs: items })).body.runs;
+  }
+
+  /**
+   * Report that several runs failed in one call (POST /v1/runs:fail): {run, token, error,
+   * retryAfter} objects (retryAfter in seconds or a Go duration). Resolves as ackMany.
+   */
+  async failMany(runs) {
+    const items = runs.map(({ run, token, error, retryAfter }) => {
+      const item = { run, token };
+      if (error) item.error = String(error);
+      if (retryAfter !== undefined && retryAfter !== null) item.retry_after = formatDuration(retryAfter);
+      return item;
+    });
+    return (await this.#do('POST', '/v1/runs:fail', { runs: items })).body.runs;
   }
 
   async fail(run, token, error, { retryAfter } = {}) {

@@ -1,6 +1,6 @@
 // A worker loop on tock's pull protocol: claim runs (long poll), run each handler, heartbeat
-// the runs in flight, then ack, fail, snooze or cancel them; stop gracefully on SIGTERM or
-// SIGINT.
+// the runs in flight, then ack, fail, snooze or cancel them (the acks of runs that finish
+// together go in one call); stop gracefully on SIGTERM or SIGINT.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { APIError } from './client.js';
@@ -61,6 +61,9 @@ export class Job {
   }
 }
 
+/** The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit. */
+export const MAX_ACK_BATCH = 1000;
+
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
     const t = setTimeout(resolve, ms);
@@ -77,7 +80,7 @@ function defaultName() {
 
 /**
  * new Worker(client, queues, {handlers: {type: async fn(job)}, concurrency, workerName,
- * wait, grace, types, logger}).
+ * wait, grace, types, logger, batchAcks}).
  *
  * A handler resolves to the result (any JSON value, or a Buffer) that the ack keeps with
  * the run. Throwing RetryAfter, Snooze or Cancel reports accordingly; any other error
@@ -86,9 +89,15 @@ function defaultName() {
  * wait: the claim's long poll in seconds (at most 60); a stop is noticed when the current
  * claim returns. grace: how long a stop lets running handlers finish; runs still running
  * after it are left to their visibility deadline (the protocol has no hand-back).
+ *
+ * Successes are acked in batches (POST /v1/runs:ack): the acks waiting when a call can go
+ * are sent in one, so runs that finish while a call is in flight go together in the next;
+ * with one run at a time, each ack is a call of its own, sent at once. batchAcks: false
+ * acks each run with its own call (POST /v1/runs/{run}:ack); so does a server without the
+ * batch endpoint, found out at the first call. A run keeps its slot until its ack is sent.
  */
 export class Worker {
-  constructor(client, queues, { handlers = {}, concurrency = 4, workerName, wait = 10, grace = 30, types, logger = console } = {}) {
+  constructor(client, queues, { handlers = {}, concurrency = 4, workerName, wait = 10, grace = 30, types, logger = console, batchAcks = true } = {}) {
     this.client = client;
     this.queues = typeof queues === 'string' ? [queues] : [...queues];
     this.handlers = { ...handlers };
@@ -101,6 +110,9 @@ export class Worker {
     this.inflight = new Map(); // run id -> {job, done: Promise}
     this.stopping = new AbortController();
     this.slotFreed = null;
+    this.batchAcks = batchAcks;
+    this.acks = []; // {job, value, resolve} waiting to be sent
+    this.acking = false; // a #flushAcks runs
   }
 
   /** Register fn for jobs of type. */
@@ -230,8 +242,69 @@ export class Worker {
   async #report(job, kind, value) {
     const state = job.state;
     if (state === 'running') job.state = 'reported';
+    if (state === 'running' && kind === 'ack' && this.batchAcks) return this.#queueAck(job, value);
     if (state === 'lost' || state === 'timeout') return; // lost: another worker has it
     if (state === 'cancelled') [kind, value] = ['cancel', 'job cancelled'];
+    await this.#reportOne(job, kind, value);
+  }
+
+  // Resolves once the ack went (or failed: the run is then left to its deadline).
+  #queueAck(job, value) {
+    return new Promise((resolve) => {
+      this.acks.push({ job, value, resolve });
+      if (!this.acking) {
+        this.acking = true;
+        this.#flushAcks();
+      }
+    });
+  }
+
+  // Sends the waiting acks, those queued meanwhile in one call each time, until none is
+  // left. acking is cleared in the same turn as the queue is found empty.
+  async #flushAcks() {
+    try {
+      await null; // the acks of handlers that returned in this turn go along
+      while (this.acks.length > 0) {
+        const batch = this.acks.splice(0, MAX_ACK_BATCH);
+        try {
+          await this.#sendAcks(batch);
+        } catch (e) {
+          this.log.warn?.(`worker ${this.name}: ack ${batch.length} runs: ${e.message} (left to their deadlines)`);
+        } finally {
+          for (const a of batch) a.resolve();
+        }
+      }
+    } finally {
+      this.acking = false;
+    }
+  }
+
+  async #sendAcks(batch) {
+    if (this.batchAcks) {
+      let results;
+      try {
+        results = await this.client.ackMany(batch.map(({ job, value }) => ({ run: job.run, token: job.token, result: value })));
+      } catch (e) {
+        if (!(e instanceof APIError && (e.status === 404 || e.status === 405))) {
+          this.log.warn?.(`worker ${this.name}: ack ${batch.length} runs: ${e.message} (left to their deadlines)`);
+          return;
+        }
+        this.log.info?.(`worker ${this.name}: the server has no batch ack (${e.message}); acking each run`);
+        this.batchAcks = false;
+      }
+      if (results) {
+        batch.forEach(({ job }, i) => {
+          const r = results[i] ?? {};
+          if (r.status === 409) this.log.info?.(`worker ${this.name}: ${job.run} was redelivered meanwhile; report dropped`);
+          else if (r.status !== 200) this.log.warn?.(`worker ${this.name}: ack ${job.run}: ${r.status} ${r.error?.message ?? ''}`);
+        });
+        return;
+      }
+    }
+    await Promise.all(batch.map(({ job, value }) => this.#reportOne(job, 'ack', value)));
+  }
+
+  async #reportOne(job, kind, value) {
     try {
       switch (kind) {
         case 'ack': await this.client.ack(job.run, job.token, value); break;

@@ -8,7 +8,8 @@ const quiet = { info() {}, warn() {} };
 
 // fakeTock stands in for tock's run endpoints.
 async function fakeTock() {
-  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), waiters: [] };
+  // batch: whether POST /v1/runs:ack and :fail exist (else 404, as an older server).
+  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), waiters: [], batch: true };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -29,6 +30,14 @@ async function fakeTock() {
       if (req.url === '/v1/runs:heartbeat') {
         return reply(200, { runs: body.runs.map((r) => ({ run: r.run, state: f.hb[r.run] ?? 'extended' })) });
       }
+      if (req.url === '/v1/runs:ack' || req.url === '/v1/runs:fail') {
+        if (!f.batch) return reply(404, { error: { code: 'not_found', message: `no route for ${req.url}` } });
+        const ack = req.url === '/v1/runs:ack';
+        const runs = body.runs.map((r) => (f.conflict.has(r.run)
+          ? { run: r.run, status: 409, error: { code: 'token_mismatch', message: 'not held' } }
+          : { run: r.run, status: 200, outcome: ack ? 'ok' : 'error' }));
+        return reply(200, { runs, done: runs.filter((r) => r.status === 200).length, refused: runs.filter((r) => r.status !== 200).length });
+      }
       const path = decodeURIComponent(req.url.slice('/v1/runs/'.length));
       const i = path.lastIndexOf(':');
       if (f.conflict.has(path.slice(0, i))) return reply(409, { error: { code: 'token_mismatch', message: 'not held' } });
@@ -44,7 +53,18 @@ async function fakeTock() {
     f.ready.push(r);
     return r.run;
   };
-  f.reports = () => Object.fromEntries(f.calls.filter(([p]) => p.startsWith('/v1/runs/')).map(([p, b]) => [decodeURIComponent(p.slice(9)), b]));
+  // Reports by "<run>:<verb>" with their bodies (a batch's runs as single calls').
+  f.reports = () => {
+    const out = {};
+    for (const [p, b] of f.calls) {
+      if (p.startsWith('/v1/runs/')) out[decodeURIComponent(p.slice(9))] = b;
+      else if (f.batch && (p === '/v1/runs:ack' || p === '/v1/runs:fail')) {
+        for (const { run, ...rest } of b.runs) out[`${run}:${p.slice(p.lastIndexOf(':') + 1)}`] = rest;
+      }
+    }
+    return out;
+  };
+  f.batchCalls = (path = '/v1/runs:ack') => f.calls.filter(([p]) => p === path).map(([, b]) => b);
   f.waitFor = async (cond, ms = 10000) => {
     const end = Date.now() + ms;
     while (!cond()) {
@@ -154,6 +174,48 @@ test('a 409 report is dropped', async () => {
   const { w } = start({ echo: () => 1 });
   await fake.waitFor(() => `${run}:ack` in fake.reports());
   await fake.waitFor(() => w.inflight.size === 0);
+});
+
+test('acks go in batches', async () => {
+  const n = 30;
+  const ids = Array.from({ length: n }, (_, i) => fake.add(`b${i}`, 'echo'));
+  fake.conflict.add(ids[7]);
+  const { w } = start({ echo: async (j) => j.jobId }, { concurrency: n });
+  await fake.waitFor(() => ids.every((id) => `${id}:ack` in fake.reports()));
+  await fake.waitFor(() => w.inflight.size === 0);
+  const calls = fake.batchCalls();
+  assert.ok(calls.length < n, `some acks went together (${calls.length} calls)`);
+  assert.ok(!fake.calls.some(([p]) => p.startsWith('/v1/runs/')), 'no single acks');
+  assert.deepEqual(calls.flatMap((b) => b.runs.map((r) => r.run)).sort(), [...ids].sort(), 'each run acked once');
+  assert.deepEqual(fake.reports()[`${ids[3]}:ack`], { token: '1-b3', result: 'b3' });
+});
+
+test('acks without the batch endpoint', async () => {
+  fake.batch = false;
+  const ids = Array.from({ length: 5 }, (_, i) => fake.add(`o${i}`, 'echo'));
+  const { w } = start({ echo: () => 1 }, { concurrency: 5 });
+  await fake.waitFor(() => ids.every((id) => `${id}:ack` in fake.reports()));
+  await fake.waitFor(() => w.inflight.size === 0);
+  assert.deepEqual(fake.reports()[`${ids[0]}:ack`], { token: '1-o0', result: 1 });
+});
+
+test('single acks', async () => {
+  const run = fake.add('s1', 'echo');
+  start({ echo: () => undefined }, { batchAcks: false });
+  await fake.waitFor(() => `${run}:ack` in fake.reports());
+  assert.deepEqual(fake.batchCalls(), []);
+  assert.deepEqual(fake.reports()[`${run}:ack`], { token: '1-s1' });
+});
+
+test('ackMany and failMany', async () => {
+  const c = new Client(fake.url, TOKEN);
+  fake.conflict.add('x:2');
+  const got = await c.ackMany([{ run: 'x:1', token: 't1', result: { a: 1 } }, { run: 'x:2', token: 't2', result: Buffer.from([0]) }]);
+  assert.deepEqual(got.map((r) => r.status), [200, 409]);
+  assert.deepEqual(fake.batchCalls().at(-1), { runs: [{ run: 'x:1', token: 't1', result: { a: 1 } }, { run: 'x:2', token: 't2', result_base64: 'AA==' }] });
+  const failed = await c.failMany([{ run: 'x:1', token: 't1', error: 'boom', retryAfter: 90 }]);
+  assert.equal(failed[0].outcome, 'error');
+  assert.deepEqual(fake.batchCalls('/v1/runs:fail').at(-1), { runs: [{ run: 'x:1', token: 't1', error: 'boom', retry_after: '90s' }] });
 });
 
 test('API errors', async () => {

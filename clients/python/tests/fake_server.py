@@ -13,6 +13,7 @@ class FakeTock:
         self.calls = []  # (path, body)
         self.heartbeat_states = {}  # run -> state to answer
         self.conflict = set()  # runs whose reports get 409
+        self.batch = True  # whether POST /v1/runs:ack and :fail exist (else 404, as an older server)
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -37,6 +38,19 @@ class FakeTock:
                     states = [{"run": r["run"], "state": fake.heartbeat_states.get(r["run"], "extended")}
                               for r in body["runs"]]
                     return self.reply(200, {"runs": states})
+                if self.path in ("/v1/runs:ack", "/v1/runs:fail"):
+                    if not fake.batch:
+                        return self.reply(404, {"error": {"code": "not_found", "message": "no route for " + self.path}})
+                    verb = self.path.rpartition(":")[2]
+                    out = []
+                    for r in body["runs"]:
+                        if r["run"] in fake.conflict:
+                            out.append({"run": r["run"], "status": 409,
+                                        "error": {"code": "token_mismatch", "message": "not held"}})
+                        else:
+                            out.append({"run": r["run"], "status": 200, "outcome": "ok" if verb == "ack" else "error"})
+                    return self.reply(200, {"runs": out, "done": sum(o["status"] == 200 for o in out),
+                                            "refused": sum(o["status"] != 200 for o in out)})
                 run, _, verb = self.path[len("/v1/runs/"):].rpartition(":")
                 if run in fake.conflict:
                     return self.reply(409, {"error": {"code": "token_mismatch", "message": "not held"}})
@@ -71,8 +85,21 @@ class FakeTock:
         return r["run"]
 
     def reports(self):
+        """Reports by "<run>:<verb>", with their bodies (a batch's runs as single calls')."""
+        out = {}
         with self.lock:
-            return {p[len("/v1/runs/"):]: b for p, b in self.calls if p.startswith("/v1/runs/")}
+            for p, b in self.calls:
+                if p.startswith("/v1/runs/"):
+                    out[p[len("/v1/runs/"):]] = b
+                elif p in ("/v1/runs:ack", "/v1/runs:fail") and self.batch:
+                    verb = p.rpartition(":")[2]
+                    for r in b["runs"]:
+                        out[r["run"] + ":" + verb] = {k: v for k, v in r.items() if k != "run"}
+        return out
+
+    def batch_calls(self, path="/v1/runs:ack"):
+        with self.lock:
+            return [b for p, b in self.calls if p == path]
 
     def wait_for(self, cond, timeout=10.0):
         import time

@@ -131,6 +131,49 @@ class WorkerTest(unittest.TestCase):
         self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
         self.fake.wait_for(lambda: w.inflight == 0)
 
+    def test_acks_go_in_batches(self):
+        # Runs that finish while an ack call is in flight go together in the next.
+        n = 30
+        ids = [self.fake.add("b%d" % i, "echo") for i in range(n)]
+        self.fake.conflict.add(ids[7])
+        w, _ = self.start({"echo": lambda j: j.job_id}, concurrency=n)
+        self.fake.wait_for(lambda: all(i + ":ack" in self.fake.reports() for i in ids))
+        self.fake.wait_for(lambda: w.inflight == 0)
+        calls = self.fake.batch_calls()
+        self.assertLess(len(calls), n, "some acks went together")
+        self.assertFalse(any(p.startswith("/v1/runs/") for p, _ in self.fake.calls), "no single acks")
+        sent = [r["run"] for b in calls for r in b["runs"]]
+        self.assertEqual(sorted(sent), sorted(ids), "each run acked once")
+        self.assertEqual(self.fake.reports()[ids[3] + ":ack"], {"token": "1-b3", "result": "b3"})
+
+    def test_acks_without_the_batch_endpoint(self):
+        # An older server answers 404: the worker acks each run on its own from then on.
+        self.fake.batch = False
+        ids = [self.fake.add("o%d" % i, "echo") for i in range(5)]
+        w, _ = self.start({"echo": lambda j: 1}, concurrency=5)
+        self.fake.wait_for(lambda: all(i + ":ack" in self.fake.reports() for i in ids))
+        self.fake.wait_for(lambda: w.inflight == 0)
+        self.assertEqual(self.fake.reports()[ids[0] + ":ack"], {"token": "1-o0", "result": 1})
+
+    def test_single_acks(self):
+        run = self.fake.add("s1", "echo")
+        w, _ = self.start({"echo": lambda j: None}, batch_acks=False)
+        self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
+        self.assertEqual(self.fake.batch_calls(), [])
+        self.assertEqual(self.fake.reports()[run + ":ack"], {"token": "1-s1"})
+
+    def test_ack_many_and_fail_many(self):
+        self.fake.conflict.add("x:2")
+        got = self.client.ack_many([{"run": "x:1", "token": "t1", "result": {"a": 1}},
+                                    {"run": "x:2", "token": "t2", "result_bytes": b"\x00"}])
+        self.assertEqual([r["status"] for r in got], [200, 409])
+        self.assertEqual(self.fake.batch_calls()[-1], {"runs": [{"run": "x:1", "token": "t1", "result": {"a": 1}},
+                                                                {"run": "x:2", "token": "t2", "result_base64": "AA=="}]})
+        got = self.client.fail_many([{"run": "x:1", "token": "t1", "error": "boom", "retry_after": 90}])
+        self.assertEqual(got[0]["outcome"], "error")
+        self.assertEqual(self.fake.batch_calls("/v1/runs:fail")[-1],
+                         {"runs": [{"run": "x:1", "token": "t1", "error": "boom", "retry_after": "90s"}]})
+
     def test_api_error(self):
         c = Client(self.fake.url, "wrong-token-000000")
         with self.assertRaises(APIError) as cm:

@@ -1,5 +1,6 @@
 """A small client of tock's HTTP API: jobs (create, get, runs) and the run endpoints of
-the pull protocol (claim, heartbeat, ack, fail, snooze, cancel). Standard library only."""
+the pull protocol (claim, heartbeat, ack, fail, snooze, cancel; ack_many and fail_many
+report several runs in one call). Standard library only."""
 
 import base64
 import json
@@ -124,6 +125,36 @@ class Client:
         if result_bytes is not None:
             body["result_base64"] = base64.b64encode(result_bytes).decode("ascii")
         return self._do("POST", self._run_path(run, "ack"), body)[1]
+
+    def ack_many(self, runs):
+        """Report that several runs succeeded in one call (POST /v1/runs:ack, at most 1000
+        runs; one Redis call per shard instead of one per run). runs: dicts with run,
+        token and optionally result (any JSON value) or result_bytes. Returns the results
+        in order: dicts with run and status, 200 with outcome, else error: 409
+        (token_mismatch: redelivered meanwhile, drop it), 404, 400 or 413 for that run."""
+        items = []
+        for r in runs:
+            item = {"run": r["run"], "token": r["token"]}
+            if r.get("result") is not None:
+                item["result"] = r["result"]
+            if r.get("result_bytes") is not None:
+                item["result_base64"] = base64.b64encode(bytes(r["result_bytes"])).decode("ascii")
+            items.append(item)
+        return self._do("POST", "/v1/runs:ack", {"runs": items})[1]["runs"]
+
+    def fail_many(self, runs):
+        """Report that several runs failed in one call (POST /v1/runs:fail): runs are
+        dicts with run, token and optionally error and retry_after (seconds or a Go
+        duration). Returns the results in order, as ack_many."""
+        items = []
+        for r in runs:
+            item = {"run": r["run"], "token": r["token"]}
+            if r.get("error"):
+                item["error"] = str(r["error"])
+            if r.get("retry_after") is not None:
+                item["retry_after"] = format_duration(r["retry_after"])
+            items.append(item)
+        return self._do("POST", "/v1/runs:fail", {"runs": items})[1]["runs"]
 
     def fail(self, run, token, error=None, retry_after=None):
         body = {"token": token}

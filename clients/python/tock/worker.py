@@ -1,6 +1,6 @@
 """A worker loop on tock's pull protocol: claim runs (long poll), run each handler in a
-thread, heartbeat the runs in flight, then ack, fail, snooze or cancel them; stop
-gracefully on SIGTERM or SIGINT."""
+thread, heartbeat the runs in flight, then ack, fail, snooze or cancel them (the acks of
+runs that finish together go in one call); stop gracefully on SIGTERM or SIGINT."""
 
 import base64
 import json
@@ -16,6 +16,9 @@ from ._duration import parse_duration
 from .client import APIError
 
 log = logging.getLogger("tock.worker")
+
+# The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit.
+MAX_ACK_BATCH = 1000
 
 
 class RetryAfter(Exception):
@@ -87,10 +90,17 @@ class Worker:
     current claim returns, so keep it short. grace: how long a stop lets running
     handlers finish; runs still running after it are left to their visibility deadline
     (the protocol has no hand-back), and retried then.
+
+    Successes are acked in batches (POST /v1/runs:ack): a thread sends the acks waiting
+    at once in one call, so runs that finish while a call is in flight go together in
+    the next; with one run at a time, each ack is a call of its own, as soon as it
+    comes. batch_acks=False acks each run with its own call (POST /v1/runs/{run}:ack);
+    so does a server without the batch endpoint, found out at the first call. A run
+    keeps its slot until its ack is sent.
     """
 
     def __init__(self, client, queues, handlers=None, concurrency=4, worker_name=None, wait=10.0, grace=30.0,
-                 types=None):
+                 types=None, batch_acks=True):
         if isinstance(queues, str):
             queues = [queues]
         self.client = client
@@ -105,6 +115,8 @@ class Worker:
         self._inflight = {}  # run id -> Job
         self._stopping = threading.Event()
         self._done = threading.Event()
+        self._batch_acks = batch_acks
+        self._acks = []  # (Job, result) waiting for the ack thread
 
     def handle(self, type, fn=None):
         """Register fn for jobs of type; usable as a decorator: @worker.handle("mail")."""
@@ -132,6 +144,8 @@ class Worker:
                 previous[sig] = signal.signal(sig, lambda *_: self.stop())
         hb = threading.Thread(target=self._heartbeat_loop, name="tock-heartbeat", daemon=True)
         hb.start()
+        acker = threading.Thread(target=self._ack_loop, name="tock-acks", daemon=True)
+        acker.start()
         log.info("worker %s: claiming from %s", self.name, ",".join(self.queues))
         try:
             self._claim_loop()
@@ -145,6 +159,9 @@ class Worker:
                 j.stop.set()
         finally:
             self._done.set()
+            with self._lock:
+                self._lock.notify_all()
+            acker.join(timeout=self.client.timeout + 5)
             hb.join(timeout=5)
             for sig, h in previous.items():
                 signal.signal(sig, h)
@@ -208,12 +225,18 @@ class Worker:
         finally:
             if timer:
                 timer.cancel()
+        queued = False
         try:
-            self._report(j, kind, value)
+            queued = self._report(j, kind, value)
         finally:
-            with self._lock:
+            if not queued:  # else the ack thread releases it
+                self._release([j])
+
+    def _release(self, jobs):
+        with self._lock:
+            for j in jobs:
                 self._inflight.pop(j.run, None)
-                self._lock.notify_all()
+            self._lock.notify_all()
 
     def _timed_out(self, j):
         with self._lock:
@@ -227,14 +250,24 @@ class Worker:
             log.warning("worker %s: fail %s after its timeout: %s", self.name, j.run, e)
 
     def _report(self, j, kind, value):
+        """Reports how a run ended; returns True when its ack was queued for the ack
+        thread (which then releases the run)."""
         with self._lock:
             state = j.state
             if state == "running":
                 j.state = "reported"
+            if state == "running" and kind == "ack" and self._batch_acks:
+                self._acks.append((j, value))
+                self._lock.notify_all()
+                return True
         if state in ("lost", "timeout", "abandoned"):
-            return  # lost: another worker has it; timeout: reported already
+            return False  # lost: another worker has it; timeout: reported already
         if state == "cancelled":
             kind, value = "cancel", "job cancelled"
+        self._report_one(j, kind, value)
+        return False
+
+    def _report_one(self, j, kind, value):
         try:
             if kind == "ack":
                 if isinstance(value, (bytes, bytearray)):
@@ -256,6 +289,57 @@ class Worker:
                 log.warning("worker %s: %s %s: %s", self.name, kind, j.run, e)
         except (OSError, ValueError, TypeError) as e:  # TypeError: a result that is not JSON
             log.warning("worker %s: %s %s: %s (left to its deadline)", self.name, kind, j.run, e)
+
+    # -- batch acks --------------------------------------------------------------------
+
+    def _ack_loop(self):
+        """Sends the queued acks, those waiting at once in one call, until the worker is
+        done and none is left."""
+        while True:
+            with self._lock:
+                while not self._acks and not self._done.is_set():
+                    self._lock.wait(1.0)
+                if not self._acks:
+                    return
+                batch, self._acks = self._acks[:MAX_ACK_BATCH], self._acks[MAX_ACK_BATCH:]
+            try:
+                self._send_acks(batch)
+            except Exception as e:  # noqa: BLE001 - the thread must go on
+                log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
+            finally:
+                self._release([j for j, _ in batch])
+
+    def _send_acks(self, batch):
+        if self._batch_acks:
+            runs = []
+            for j, value in batch:
+                r = {"run": j.run, "token": j.token}
+                if isinstance(value, (bytes, bytearray)):
+                    r["result_bytes"] = bytes(value)
+                elif value is not None:
+                    r["result"] = value
+                runs.append(r)
+            try:
+                results = self.client.ack_many(runs)
+            except APIError as e:
+                if e.status not in (404, 405):
+                    log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
+                    return
+                log.info("worker %s: the server has no batch ack (%s); acking each run", self.name, e)
+                self._batch_acks = False
+            except (OSError, ValueError) as e:
+                log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
+                return
+            else:
+                for (j, _), r in zip(batch, results):
+                    status = r.get("status")
+                    if status == 409:
+                        log.info("worker %s: %s was redelivered meanwhile; report dropped", self.name, j.run)
+                    elif status != 200:
+                        log.warning("worker %s: ack %s: %s %s", self.name, j.run, status, r.get("error"))
+                return
+        for j, value in batch:
+            self._report_one(j, "ack", value)
 
     # -- heartbeats --------------------------------------------------------------------
 
