@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/tockhq/tock/internal/egress"
+	"github.com/tockhq/tock/internal/limit"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/worker"
@@ -155,6 +156,10 @@ type Executor struct {
 
 	mu    sync.Mutex
 	hosts map[string]chan struct{} // per-host slots
+
+	flushStop chan struct{} // closed by Stop: the breakers' flush loop ends
+	flushDone sync.WaitGroup
+	stopOnce  sync.Once
 }
 
 // New validates cfg and returns an Executor. It does not touch Redis.
@@ -164,7 +169,7 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{cfg: cfg, store: cfg.Store, hosts: map[string]chan struct{}{},
-		log: cfg.Logger.With("component", "executor")}
+		log: cfg.Logger.With("component", "executor"), flushStop: make(chan struct{})}
 	e.breakers = NewBreakers(cfg.Store, cfg.Breaker, cfg.Metrics)
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
@@ -197,14 +202,52 @@ func New(cfg Config) (*Executor, error) {
 func (e *Executor) Breakers() *Breakers { return e.breakers }
 
 // Start starts claiming and delivering; see worker.Worker.Start.
-func (e *Executor) Start(ctx context.Context) error { return e.w.Start(ctx) }
+func (e *Executor) Start(ctx context.Context) error {
+	if err := e.w.Start(ctx); err != nil {
+		return err
+	}
+	if e.cfg.Breaker.Enabled() {
+		e.flushDone.Add(1)
+		go e.flushLoop(ctx)
+	}
+	return nil
+}
 
-// Stop stops claiming, lets deliveries in flight finish (bounded by ctx) and closes idle
-// connections; see worker.Worker.Stop.
+// Stop stops claiming, lets deliveries in flight finish (bounded by ctx), records the
+// breaker outcomes not yet recorded and closes idle connections; see
+// worker.Worker.Stop.
 func (e *Executor) Stop(ctx context.Context) error {
 	err := e.w.Stop(ctx)
+	e.stopOnce.Do(func() { close(e.flushStop) })
+	e.flushDone.Wait()
+	if e.cfg.Breaker.Enabled() {
+		if ferr := e.breakers.Flush(ctx); ferr != nil && err == nil {
+			e.log.WarnContext(ctx, "record breaker outcomes", "error", ferr)
+		}
+	}
 	e.client.CloseIdleConnections()
 	return err
+}
+
+// flushLoop records the breaker outcomes counted by deliveries every Breaker.Sync
+// (Breakers), until Stop or ctx ends.
+func (e *Executor) flushLoop(ctx context.Context) {
+	defer e.flushDone.Done()
+	tick := time.NewTicker(e.cfg.Breaker.Sync)
+	defer tick.Stop()
+	errs := limit.NewEvery(10 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.flushStop:
+			return
+		case now := <-tick.C:
+			if err := e.breakers.flush(ctx, now); err != nil && ctx.Err() == nil && errs.Allow() {
+				e.log.WarnContext(ctx, "record breaker outcomes", "error", err)
+			}
+		}
+	}
 }
 
 // slot takes a delivery slot of host, or reports false when all are taken.
@@ -238,14 +281,7 @@ func hostKey(u *url.URL) string {
 
 // deliver is the handler of push runs.
 func (e *Executor) deliver(ctx context.Context, r *worker.Run) error {
-	info, err := e.store.Get(ctx, r.JobID)
-	if errors.Is(err, shard.ErrNotFound) {
-		return worker.Cancel(err)
-	}
-	if err != nil {
-		return fmt.Errorf("read the job's target: %w", err)
-	}
-	tg := info.Target
+	tg := r.Target // from the claim
 	if tg == nil {
 		return worker.Cancel(errors.New("the job has no target"))
 	}
