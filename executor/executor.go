@@ -24,6 +24,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -156,6 +157,7 @@ type Executor struct {
 
 	mu    sync.Mutex
 	hosts map[string]chan struct{} // per-host slots
+	urls  map[string]parsedURL     // parseTarget's cache
 
 	flushStop chan struct{} // closed by Stop: the breakers' flush loop ends
 	flushDone sync.WaitGroup
@@ -168,7 +170,7 @@ func New(cfg Config) (*Executor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, store: cfg.Store, hosts: map[string]chan struct{}{},
+	e := &Executor{cfg: cfg, store: cfg.Store, hosts: map[string]chan struct{}{}, urls: map[string]parsedURL{},
 		log: cfg.Logger.With("component", "executor"), flushStop: make(chan struct{})}
 	e.breakers = NewBreakers(cfg.Store, cfg.Breaker, cfg.Metrics)
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
@@ -267,6 +269,39 @@ func (e *Executor) slot(host string) (release func(), ok bool) {
 	}
 }
 
+// parsedURL is a target URL as parseTarget returns it.
+type parsedURL struct {
+	u    *url.URL
+	host string
+	err  error
+}
+
+// maxParsedURLs bounds the target URLs whose parsing the executor keeps.
+const maxParsedURLs = 4096
+
+// parseTarget returns a target URL parsed (shared: never modify it) and its host key,
+// or an error for an URL that is not valid, from a cache of the URLs met lately.
+func (e *Executor) parseTarget(raw string) (*url.URL, string, error) {
+	e.mu.Lock()
+	p, ok := e.urls[raw]
+	e.mu.Unlock()
+	if !ok {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			p = parsedURL{err: fmt.Errorf("the target URL is not valid: %v", err)}
+		} else {
+			p = parsedURL{u: u, host: hostKey(u)}
+		}
+		e.mu.Lock()
+		if len(e.urls) >= maxParsedURLs {
+			clear(e.urls)
+		}
+		e.urls[raw] = p
+		e.mu.Unlock()
+	}
+	return p.u, p.host, p.err
+}
+
 // hostKey is the breaker and slot key of a target URL: its host and port, lower-case.
 func hostKey(u *url.URL) string {
 	port := u.Port()
@@ -285,11 +320,10 @@ func (e *Executor) deliver(ctx context.Context, r *worker.Run) error {
 	if tg == nil {
 		return worker.Cancel(errors.New("the job has no target"))
 	}
-	u, err := url.Parse(tg.URL)
-	if err != nil || u.Host == "" {
-		return worker.Cancel(fmt.Errorf("the target URL is not valid: %v", err))
+	u, host, err := e.parseTarget(tg.URL)
+	if err != nil {
+		return worker.Cancel(err)
 	}
-	host := hostKey(u)
 	release, ok := e.slot(host)
 	if !ok {
 		return worker.Snooze(e.cfg.HostBusyDelay)
@@ -341,12 +375,14 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	defer cancel()
 	var body io.Reader = http.NoBody
 	if len(r.Payload) > 0 {
-		body = strings.NewReader(string(r.Payload))
+		body = bytes.NewReader(r.Payload)
 	}
-	req, err := http.NewRequestWithContext(ctx, tg.Method, u.String(), body)
+	// The URL parsed once (parseTarget), not formatted and parsed again per request.
+	req, err := http.NewRequestWithContext(ctx, tg.Method, "", body)
 	if err != nil {
 		return nil, worker.Cancel(fmt.Errorf("build the request: %v", err))
 	}
+	req.URL, req.Host = u, u.Host
 	for k, v := range tg.Headers {
 		req.Header.Set(k, v)
 	}
@@ -360,11 +396,12 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "tock-push/1")
 	}
-	req.Header.Set("Tock-Job-Id", r.JobID)
-	req.Header.Set("Tock-Run-Id", r.ID)
-	req.Header.Set("Tock-Attempt", strconv.Itoa(r.Attempt))
-	req.Header.Set("Tock-Due", r.Due.UTC().Format(time.RFC3339Nano))
-	req.Header.Set(worker.SignatureHeader, Sign(e.cfg.Secrets[0], r.Payload, e.cfg.Now()))
+	// Canonical names, set without canonicalising them again.
+	req.Header["Tock-Job-Id"] = []string{r.JobID}
+	req.Header["Tock-Run-Id"] = []string{r.ID}
+	req.Header["Tock-Attempt"] = []string{strconv.Itoa(r.Attempt)}
+	req.Header["Tock-Due"] = []string{r.Due.UTC().Format(time.RFC3339Nano)}
+	req.Header[worker.SignatureHeader] = []string{Sign(e.cfg.Secrets[0], r.Payload, e.cfg.Now())}
 	resp, err := e.client.Do(req)
 	if err != nil {
 		// The URL (its query may hold a token) stays out of the recorded error.
@@ -378,13 +415,19 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 		return nil, fmt.Errorf("%s %s: %w", tg.Method, u.Host, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.MaxResult)))
-	if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil, fmt.Errorf("%s %s: read the response: %w", tg.Method, u.Host, err)
+	res := &response{status: resp.StatusCode, retryAfter: -1}
+	if resp.ContentLength != 0 {
+		res.body, err = io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.MaxResult)))
+		if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return nil, fmt.Errorf("%s %s: read the response: %w", tg.Method, u.Host, err)
+		}
+		// Drain a little more so that the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	}
-	// Drain a little more so that the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return &response{status: resp.StatusCode, body: b, retryAfter: retryAfter(resp.Header.Get("Retry-After"), e.cfg.Now())}, nil
+	if st := resp.StatusCode; st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable {
+		res.retryAfter = retryAfter(resp.Header.Get("Retry-After"), e.cfg.Now())
+	}
+	return res, nil
 }
 
 // retryAfter parses a Retry-After value (seconds or an HTTP date); -1 when absent or
