@@ -341,9 +341,12 @@ func (e *Executor) deliver(ctx context.Context, r *worker.Run) error {
 		probe = d.Probe
 	}
 	res, err := e.send(ctx, r, tg, u)
-	if e.cfg.Breaker.Enabled() {
+	// A delivery cut short by the executor's stop (or the run's own timeout) says nothing
+	// of the host; a probe's outcome is recorded whatever ended it, or its turn would
+	// pass only at ProbeTimeout.
+	if e.cfg.Breaker.Enabled() && (probe || ctx.Err() == nil) {
 		healthy := err == nil && res.status < 500 && res.status != http.StatusTooManyRequests
-		if berr := e.breakers.Record(ctx, host, healthy, probe); berr != nil {
+		if berr := e.breakers.Record(context.WithoutCancel(ctx), host, healthy, probe); berr != nil {
 			e.log.WarnContext(ctx, "record breaker outcome", "host", host, "error", berr)
 		}
 	}
