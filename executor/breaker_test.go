@@ -37,7 +37,9 @@ func TestBreakers_SharedOpenProbeClose(t *testing.T) {
 		if b.Mini == nil {
 			cooldown = 20 * time.Millisecond // real servers: their own clock; waited for below
 		}
-		cfg := executor.BreakerConfig{Failures: 3, Cooldown: cooldown, ProbeTimeout: time.Hour}
+		// Sync: every step asks Redis (no local view), as the processes' views would
+		// after Sync.
+		cfg := executor.BreakerConfig{Failures: 3, Cooldown: cooldown, ProbeTimeout: time.Hour, Sync: time.Nanosecond}
 		m := &recMetrics{}
 		one, other := executor.NewBreakers(s, cfg, m), executor.NewBreakers(s, cfg, nil)
 		const host = "hooks.example.com:443"
@@ -126,4 +128,62 @@ func TestBreakers_Ratio(t *testing.T) {
 	d, err := br.Allow(ctx, host)
 	require.NoError(t, err)
 	require.False(t, d.Allowed)
+}
+
+// A process's view of a host's breaker answers deliveries without Redis while it is
+// fresh and counts their outcomes, recording them in aggregate: at once when they could
+// open the breaker by themselves, else within Sync (Flush: at once). Another process
+// sees the breaker open within its own Sync.
+func TestBreakers_LocalView(t *testing.T) {
+	t.Parallel()
+	b := redistest.Backends(t)[0]
+	ctx := context.Background()
+	s, err := shard.Open(ctx, b.Client(t), shard.Config{Namespace: redistest.Namespace(t, b), Shards: 1})
+	require.NoError(t, err)
+	one := executor.NewBreakers(s, executor.BreakerConfig{Failures: 3, Cooldown: time.Hour, Sync: time.Hour}, nil)
+	other := executor.NewBreakers(s, executor.BreakerConfig{Failures: 3, Cooldown: time.Hour, Sync: 50 * time.Millisecond}, nil)
+	const host = "h:80"
+	d, err := other.Allow(ctx, host)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+
+	calls := b.Mini.CommandCount()
+	d, err = one.Allow(ctx, host)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	asked := b.Mini.CommandCount()
+	require.Greater(t, asked, calls, "a stale view asks Redis")
+	for range 1000 {
+		d, err := one.Allow(ctx, host)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.NoError(t, one.Record(ctx, host, true, false))
+	}
+	require.NoError(t, one.Record(ctx, host, false, false))
+	require.NoError(t, one.Record(ctx, host, false, false))
+	require.Equal(t, asked, b.Mini.CommandCount(), "a fresh view: no Redis call")
+	require.NoError(t, one.Flush(ctx))
+	infos, err := s.Breakers(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, 2, infos[0].Failures)
+	// Recorded together, the successes count in the window with the failures (one by
+	// one, those before the first failure would have kept no key).
+	require.Equal(t, 1002, infos[0].Attempts)
+
+	// The third failure in a row opens the breaker at once.
+	require.NoError(t, one.Record(ctx, host, false, false))
+	infos, err = s.Breakers(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, shard.BreakerOpen, infos[0].State)
+	d, err = one.Allow(ctx, host)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	require.Greater(t, d.RetryIn, 59*time.Minute)
+	// The other process's view goes stale within its Sync.
+	require.Eventually(t, func() bool {
+		d, err := other.Allow(ctx, host)
+		require.NoError(t, err)
+		return !d.Allowed && d.State == shard.BreakerOpen
+	}, 2*time.Second, 5*time.Millisecond)
 }

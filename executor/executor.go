@@ -24,6 +24,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"github.com/tockhq/tock/internal/egress"
+	"github.com/tockhq/tock/internal/limit"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/worker"
@@ -155,6 +157,11 @@ type Executor struct {
 
 	mu    sync.Mutex
 	hosts map[string]chan struct{} // per-host slots
+	urls  map[string]parsedURL     // parseTarget's cache
+
+	flushStop chan struct{} // closed by Stop: the breakers' flush loop ends
+	flushDone sync.WaitGroup
+	stopOnce  sync.Once
 }
 
 // New validates cfg and returns an Executor. It does not touch Redis.
@@ -163,8 +170,8 @@ func New(cfg Config) (*Executor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, store: cfg.Store, hosts: map[string]chan struct{}{},
-		log: cfg.Logger.With("component", "executor")}
+	e := &Executor{cfg: cfg, store: cfg.Store, hosts: map[string]chan struct{}{}, urls: map[string]parsedURL{},
+		log: cfg.Logger.With("component", "executor"), flushStop: make(chan struct{})}
 	e.breakers = NewBreakers(cfg.Store, cfg.Breaker, cfg.Metrics)
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
@@ -197,14 +204,52 @@ func New(cfg Config) (*Executor, error) {
 func (e *Executor) Breakers() *Breakers { return e.breakers }
 
 // Start starts claiming and delivering; see worker.Worker.Start.
-func (e *Executor) Start(ctx context.Context) error { return e.w.Start(ctx) }
+func (e *Executor) Start(ctx context.Context) error {
+	if err := e.w.Start(ctx); err != nil {
+		return err
+	}
+	if e.cfg.Breaker.Enabled() {
+		e.flushDone.Add(1)
+		go e.flushLoop(ctx)
+	}
+	return nil
+}
 
-// Stop stops claiming, lets deliveries in flight finish (bounded by ctx) and closes idle
-// connections; see worker.Worker.Stop.
+// Stop stops claiming, lets deliveries in flight finish (bounded by ctx), records the
+// breaker outcomes not yet recorded and closes idle connections; see
+// worker.Worker.Stop.
 func (e *Executor) Stop(ctx context.Context) error {
 	err := e.w.Stop(ctx)
+	e.stopOnce.Do(func() { close(e.flushStop) })
+	e.flushDone.Wait()
+	if e.cfg.Breaker.Enabled() {
+		if ferr := e.breakers.Flush(ctx); ferr != nil && err == nil {
+			e.log.WarnContext(ctx, "record breaker outcomes", "error", ferr)
+		}
+	}
 	e.client.CloseIdleConnections()
 	return err
+}
+
+// flushLoop records the breaker outcomes counted by deliveries every Breaker.Sync
+// (Breakers), until Stop or ctx ends.
+func (e *Executor) flushLoop(ctx context.Context) {
+	defer e.flushDone.Done()
+	tick := time.NewTicker(e.cfg.Breaker.Sync)
+	defer tick.Stop()
+	errs := limit.NewEvery(10 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.flushStop:
+			return
+		case now := <-tick.C:
+			if err := e.breakers.flush(ctx, now); err != nil && ctx.Err() == nil && errs.Allow() {
+				e.log.WarnContext(ctx, "record breaker outcomes", "error", err)
+			}
+		}
+	}
 }
 
 // slot takes a delivery slot of host, or reports false when all are taken.
@@ -224,6 +269,39 @@ func (e *Executor) slot(host string) (release func(), ok bool) {
 	}
 }
 
+// parsedURL is a target URL as parseTarget returns it.
+type parsedURL struct {
+	u    *url.URL
+	host string
+	err  error
+}
+
+// maxParsedURLs bounds the target URLs whose parsing the executor keeps.
+const maxParsedURLs = 4096
+
+// parseTarget returns a target URL parsed (shared: never modify it) and its host key,
+// or an error for an URL that is not valid, from a cache of the URLs met lately.
+func (e *Executor) parseTarget(raw string) (*url.URL, string, error) {
+	e.mu.Lock()
+	p, ok := e.urls[raw]
+	e.mu.Unlock()
+	if !ok {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			p = parsedURL{err: fmt.Errorf("the target URL is not valid: %v", err)}
+		} else {
+			p = parsedURL{u: u, host: hostKey(u)}
+		}
+		e.mu.Lock()
+		if len(e.urls) >= maxParsedURLs {
+			clear(e.urls)
+		}
+		e.urls[raw] = p
+		e.mu.Unlock()
+	}
+	return p.u, p.host, p.err
+}
+
 // hostKey is the breaker and slot key of a target URL: its host and port, lower-case.
 func hostKey(u *url.URL) string {
 	port := u.Port()
@@ -238,22 +316,14 @@ func hostKey(u *url.URL) string {
 
 // deliver is the handler of push runs.
 func (e *Executor) deliver(ctx context.Context, r *worker.Run) error {
-	info, err := e.store.Get(ctx, r.JobID)
-	if errors.Is(err, shard.ErrNotFound) {
-		return worker.Cancel(err)
-	}
-	if err != nil {
-		return fmt.Errorf("read the job's target: %w", err)
-	}
-	tg := info.Target
+	tg := r.Target // from the claim
 	if tg == nil {
 		return worker.Cancel(errors.New("the job has no target"))
 	}
-	u, err := url.Parse(tg.URL)
-	if err != nil || u.Host == "" {
-		return worker.Cancel(fmt.Errorf("the target URL is not valid: %v", err))
+	u, host, err := e.parseTarget(tg.URL)
+	if err != nil {
+		return worker.Cancel(err)
 	}
-	host := hostKey(u)
 	release, ok := e.slot(host)
 	if !ok {
 		return worker.Snooze(e.cfg.HostBusyDelay)
@@ -271,9 +341,12 @@ func (e *Executor) deliver(ctx context.Context, r *worker.Run) error {
 		probe = d.Probe
 	}
 	res, err := e.send(ctx, r, tg, u)
-	if e.cfg.Breaker.Enabled() {
+	// A delivery cut short by the executor's stop (or the run's own timeout) says nothing
+	// of the host; a probe's outcome is recorded whatever ended it, or its turn would
+	// pass only at ProbeTimeout.
+	if e.cfg.Breaker.Enabled() && (probe || ctx.Err() == nil) {
 		healthy := err == nil && res.status < 500 && res.status != http.StatusTooManyRequests
-		if berr := e.breakers.Record(ctx, host, healthy, probe); berr != nil {
+		if berr := e.breakers.Record(context.WithoutCancel(ctx), host, healthy, probe); berr != nil {
 			e.log.WarnContext(ctx, "record breaker outcome", "host", host, "error", berr)
 		}
 	}
@@ -305,12 +378,14 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	defer cancel()
 	var body io.Reader = http.NoBody
 	if len(r.Payload) > 0 {
-		body = strings.NewReader(string(r.Payload))
+		body = bytes.NewReader(r.Payload)
 	}
-	req, err := http.NewRequestWithContext(ctx, tg.Method, u.String(), body)
+	// The URL parsed once (parseTarget), not formatted and parsed again per request.
+	req, err := http.NewRequestWithContext(ctx, tg.Method, "", body)
 	if err != nil {
 		return nil, worker.Cancel(fmt.Errorf("build the request: %v", err))
 	}
+	req.URL, req.Host = u, u.Host
 	for k, v := range tg.Headers {
 		req.Header.Set(k, v)
 	}
@@ -324,11 +399,12 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "tock-push/1")
 	}
-	req.Header.Set("Tock-Job-Id", r.JobID)
-	req.Header.Set("Tock-Run-Id", r.ID)
-	req.Header.Set("Tock-Attempt", strconv.Itoa(r.Attempt))
-	req.Header.Set("Tock-Due", r.Due.UTC().Format(time.RFC3339Nano))
-	req.Header.Set(worker.SignatureHeader, Sign(e.cfg.Secrets[0], r.Payload, e.cfg.Now()))
+	// Canonical names, set without canonicalising them again.
+	req.Header["Tock-Job-Id"] = []string{r.JobID}
+	req.Header["Tock-Run-Id"] = []string{r.ID}
+	req.Header["Tock-Attempt"] = []string{strconv.Itoa(r.Attempt)}
+	req.Header["Tock-Due"] = []string{r.Due.UTC().Format(time.RFC3339Nano)}
+	req.Header[worker.SignatureHeader] = []string{Sign(e.cfg.Secrets[0], r.Payload, e.cfg.Now())}
 	resp, err := e.client.Do(req)
 	if err != nil {
 		// The URL (its query may hold a token) stays out of the recorded error.
@@ -342,13 +418,19 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 		return nil, fmt.Errorf("%s %s: %w", tg.Method, u.Host, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.MaxResult)))
-	if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil, fmt.Errorf("%s %s: read the response: %w", tg.Method, u.Host, err)
+	res := &response{status: resp.StatusCode, retryAfter: -1}
+	if resp.ContentLength != 0 {
+		res.body, err = io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.MaxResult)))
+		if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return nil, fmt.Errorf("%s %s: read the response: %w", tg.Method, u.Host, err)
+		}
+		// Drain a little more so that the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	}
-	// Drain a little more so that the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return &response{status: resp.StatusCode, body: b, retryAfter: retryAfter(resp.Header.Get("Retry-After"), e.cfg.Now())}, nil
+	if st := resp.StatusCode; st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable {
+		res.retryAfter = retryAfter(resp.Header.Get("Retry-After"), e.cfg.Now())
+	}
+	return res, nil
 }
 
 // retryAfter parses a Retry-After value (seconds or an HTTP date); -1 when absent or

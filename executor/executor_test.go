@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -298,5 +299,66 @@ func TestExecutor_BreakerOpens(t *testing.T) {
 		require.Len(t, bs, 1)
 		require.Equal(t, strings.TrimPrefix(sink.URL, "http://"), bs[0].Host)
 		require.Equal(t, shard.BreakerOpen, bs[0].State)
+	})
+}
+
+// Runs that arrive while a host's breaker is open are held; once its half-open probe
+// succeeds they go within about a second (BreakerConfig.ProbeWait), not at the probe's
+// timeout (2 minutes by default), which is when runs refused while the probe was out
+// used to come back (issue 24).
+func TestExecutor_BreakerProbeReleasesHeldRuns(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		var failing, probed atomic.Bool
+		failing.Store(true)
+		var mu sync.Mutex
+		delivered := map[string]time.Time{}
+		var probeDone atomic.Int64
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if failing.Load() {
+				w.WriteHeader(500)
+				return
+			}
+			if probed.CompareAndSwap(false, true) {
+				// The probe is out a while: the other held runs come back meanwhile.
+				time.Sleep(300 * time.Millisecond)
+				defer probeDone.Store(time.Now().UnixNano())
+			}
+			mu.Lock()
+			delivered[r.Header.Get("Tock-Job-Id")] = time.Now()
+			mu.Unlock()
+			w.WriteHeader(200)
+		}))
+		defer sink.Close()
+		tb := setup(t, b, executor.Config{Breaker: executor.BreakerConfig{Failures: 2, Cooldown: 300 * time.Millisecond}})
+		for i := range 2 {
+			id := "f" + strconv.Itoa(i)
+			tb.create(t, &job.Job{ID: id, Target: &job.Target{URL: sink.URL}, Retry: job.RetryPolicy{MaxAttempts: 1}})
+			tb.waitRun(t, id, job.OutcomeDead)
+		}
+		failing.Store(false)
+		const held = 6
+		for i := range held {
+			tb.create(t, &job.Job{ID: "h" + strconv.Itoa(i), Target: &job.Target{URL: sink.URL}})
+		}
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(delivered) == held
+		}, 10*time.Second, 10*time.Millisecond, "the runs held while the probe was out go soon after it succeeded")
+		require.True(t, probed.Load())
+		mu.Lock()
+		var last time.Time
+		for _, at := range delivered {
+			if at.After(last) {
+				last = at
+			}
+		}
+		mu.Unlock()
+		require.Less(t, last.Sub(time.Unix(0, probeDone.Load())), 3*time.Second)
+		bs, err := tb.store.Breakers(context.Background(), 0)
+		require.NoError(t, err)
+		require.Len(t, bs, 1)
+		require.Equal(t, shard.BreakerClosed, bs[0].State)
 	})
 }

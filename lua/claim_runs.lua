@@ -22,7 +22,7 @@
 --
 -- Derived keys: P..'job:'..id, P..'stats', and the packed form's keys (include packed)
 --
--- Returns: { now, runs, now_us, first_token, more } where runs holds, per claimed run in
+-- Returns: { now, runs, now_us, first_token, more[, targets] } where runs holds, per claimed run in
 --          claim order, either 2 entries for a run of a packed job (include packed;
 --          always a first attempt): its member and the job's packed value; or 5 for any
 --          other: '' (no member is empty), member, type, payload, and rest: '' for a
@@ -34,7 +34,9 @@
 --          Every value returned costs Redis about as much as a field read. now_us is now
 --          in microseconds (a string), which orders the claim against ready signals.
 --          more is 1 when runs may be left (the claim took n entries, or stopped at one
---          that did not fit nowmax or noahead), 0 when the set is empty.
+--          that did not fit nowmax or noahead), 0 when the set is empty. targets, only
+--          when a run of a job hash is a push run (type '@push'), holds per such run its
+--          member and the job's target (field tg); a packed value holds its job's.
 --- @include "packed"
 
 local readyKey, inflightKey = KEYS[1], KEYS[2]
@@ -95,6 +97,8 @@ local packedRun = runHead .. nowStr .. runTail
 local defDeadline = num(now + 30000)
 local deadlines = {}
 local ni, no = 2, 0
+-- Push runs of job hashes: member, target (the executor's; read only for them).
+local targets, nt = nil, 0
 
 -- file_inflight adds member to the in-flight entries with the deadline of visibility
 -- timeout vt (ms, a string; nil or false the default).
@@ -208,6 +212,11 @@ for k, member in ipairs(popped) do
         end
       end
       file_inflight(member, j[5])
+      if j[1] == '@push' then
+        targets = targets or {}
+        targets[nt + 1], targets[nt + 2] = member, redis.call('HGET', jobKey, 'tg') or ''
+        nt = nt + 2
+      end
       -- Numbers go back as the strings they are stored as; the caller parses them.
       out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = '', member, j[1], payload, rest
       no = no + 5
@@ -226,4 +235,7 @@ if ni > 2 then
   flush_stats(P)
 end
 
+if targets then
+  return { now, out, nowUs, firstTok, more, targets }
+end
 return { now, out, nowUs, firstTok, more }

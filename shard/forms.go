@@ -202,6 +202,8 @@ func (c *Claimed) parsePacked(v string) error {
 			if c.MaxAttempts, err = strconv.Atoi(val); err != nil {
 				return fmt.Errorf("ma %q: %w", val, err)
 			}
+		case "tg":
+			c.Target = decodeTarget(val)
 		}
 	}
 	return nil

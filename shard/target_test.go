@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,10 +83,61 @@ func TestTarget_StoredInEveryForm(t *testing.T) {
 			require.Equal(t, job.PushType, info.Type)
 		}
 
-		// A claimed packed run carries the push type.
-		runs, err := packed.Claim(ctx, 0, job.DefaultPushQueue, 10, "w", "n")
-		require.NoError(t, err)
-		require.Len(t, runs, 1)
-		require.Equal(t, job.PushType, runs[0].Type)
+		// A claimed run carries the push type, and its target: a packed one from its
+		// value, a job hash's from the claim's targets.
+		for _, s := range []*shard.Store{packed, hashes} {
+			runs, err := s.Claim(ctx, 0, job.DefaultPushQueue, 10, "w", "n")
+			require.NoError(t, err)
+			require.Len(t, runs, 1)
+			require.Equal(t, job.PushType, runs[0].Type)
+			want := target()
+			require.Equal(t, want, runs[0].Target)
+		}
+	})
+}
+
+// A claim returns the targets of the push runs among the runs of job hashes, in a batch
+// mixed with other runs (which have none), with default settings or not.
+func TestTarget_Claimed(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		for _, noPack := range []bool{true, false} {
+			s := open(t, b, shard.Config{Shards: 1, ColdAfter: -1, NoPack: noPack})
+			var jobs []*job.Job
+			for i := range 6 {
+				j := &job.Job{ID: fmt.Sprintf("j%d", i), Queue: "mixed", Payload: []byte("x"), Schedule: job.Schedule{Now: true}}
+				if i%2 == 0 {
+					j.Target = &job.Target{URL: fmt.Sprintf("http://h%d.example.com/", i), Timeout: time.Duration(i+1) * time.Second}
+				} else {
+					j.Type = "plain"
+				}
+				if i == 4 {
+					j.Timeout, j.Visibility, j.Retry.MaxAttempts = time.Minute, time.Minute, 7 // a rest
+				}
+				jobs = append(jobs, j)
+			}
+			res, err := s.Create(ctx, jobs)
+			require.NoError(t, err)
+			for _, r := range res {
+				require.NoError(t, r.Err)
+			}
+			runs, err := s.Claim(ctx, 0, "mixed", 10, "w", "n")
+			require.NoError(t, err)
+			require.Len(t, runs, 6)
+			for _, r := range runs {
+				var i int
+				_, err := fmt.Sscanf(r.JobID, "j%d", &i)
+				require.NoError(t, err)
+				if i%2 == 1 {
+					require.Nil(t, r.Target, r.JobID)
+					require.Equal(t, "plain", r.Type)
+					continue
+				}
+				require.Equal(t, job.PushType, r.Type)
+				require.NotNil(t, r.Target, r.JobID)
+				require.Equal(t, fmt.Sprintf("http://h%d.example.com/", i), r.Target.URL)
+				require.Equal(t, time.Duration(i+1)*time.Second, r.Target.Timeout)
+			}
+		}
 	})
 }

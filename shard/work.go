@@ -31,6 +31,9 @@ type Claimed struct {
 	// retry time. A dispatcher with a lead fires runs up to that long ahead, so StartAt
 	// may be after ClaimedAt; the worker SDK then holds the run until StartAt.
 	StartAt time.Time
+	// Target is the job's push target (job.Target; jobs of type job.PushType have one),
+	// nil for other jobs. A damaged target has an empty URL.
+	Target *job.Target
 }
 
 // Claim pops up to n ready runs of queue from a shard for worker (nonce is random per
@@ -91,7 +94,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, worker, nonc
 
 func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) ClaimResult {
 	reply, err := toArray()
-	if err != nil || len(reply) != 5 {
+	if err != nil || len(reply) < 5 {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %v", q.Shard, q.Queue, err)}
 	}
 	raw := arr(reply[1])
@@ -103,7 +106,24 @@ func parseClaim(q ClaimRequest, toArray func() ([]rueidis.RedisMessage, error)) 
 	if err != nil {
 		return ClaimResult{Err: fmt.Errorf("claim from shard %d queue %q: %w", q.Shard, q.Queue, err)}
 	}
+	if len(reply) > 5 {
+		setTargets(out, arr(reply[5]))
+	}
 	return ClaimResult{Runs: out, At: i64(reply[2]), More: i64(reply[4]) == 1}
+}
+
+// setTargets gives the push runs of job hashes among runs their targets, from a claim
+// reply's targets (member, target, ...).
+func setTargets(runs []Claimed, targets []rueidis.RedisMessage) {
+	byMember := make(map[string]string, len(targets)/2)
+	for k := 0; k+1 < len(targets); k += 2 {
+		byMember[str(targets[k])] = str(targets[k+1])
+	}
+	for i := range runs {
+		if tg, ok := byMember[runs[i].Member]; ok {
+			runs[i].Target = decodeTarget(tg)
+		}
+	}
 }
 
 // parseClaimRuns decodes the runs of a claim_runs reply (see its header), claimed at now

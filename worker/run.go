@@ -31,6 +31,9 @@ type Run struct {
 	// time. It is never before Due (nor before a retry's retry time): a run fired ahead
 	// of its time (dispatcher.Config.Lead) waits in the worker until then.
 	StartedAt time.Time
+	// Target is the job's push target (jobs of type job.PushType, which the push
+	// executor delivers), nil for other jobs.
+	Target *job.Target
 
 	result []byte       // SetResult
 	store  *shard.Store // ParentResults
@@ -120,7 +123,7 @@ func (w *Worker) work(a *active) {
 	r := &Run{
 		ID: a.c.Member, JobID: a.c.JobID, Queue: a.queue, Type: a.c.Type, Payload: a.c.Payload,
 		Due: a.c.Due, Attempt: a.c.Attempt, MaxAttempts: a.c.MaxAttempts, Shard: a.c.Shard,
-		ClaimedAt: a.c.ClaimedAt, store: w.store,
+		ClaimedAt: a.c.ClaimedAt, Target: a.c.Target, store: w.store,
 	}
 	ctx, cancel := context.WithCancelCause(w.baseCtx)
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, a.c.Timeout, fmt.Errorf("job timeout of %s exceeded", a.c.Timeout))

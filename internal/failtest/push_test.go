@@ -197,11 +197,10 @@ func TestPushFailures(t *testing.T) {
 		s := newSink(t, 0)
 		s.failing.Store(true)
 		tr := &transitions{opened: make(chan struct{})}
-		// ProbeTimeout is short: while the half-open probe is out, the breaker snoozes the
-		// host's other runs until the probe's timeout (lua/breaker_step.lua), not until
-		// the probe reports, so with the default 2 minutes the runs refused during the
-		// probe wait that long after the breaker closed.
-		ex, err := newExecutor(store, "executor-in-test", executor.BreakerConfig{Failures: 5, Cooldown: time.Second, ProbeTimeout: 2 * time.Second}, tr, nil)
+		// The default ProbeTimeout (2m): the runs refused while the half-open probe is
+		// out ask again after ProbeWait, so they go soon after the probe closes the
+		// breaker (within pushSettle).
+		ex, err := newExecutor(store, "executor-in-test", executor.BreakerConfig{Failures: 5, Cooldown: time.Second}, tr, nil)
 		require.NoError(t, err)
 		require.NoError(t, ex.Start(context.Background()))
 		defer func() {
