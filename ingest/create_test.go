@@ -322,8 +322,15 @@ func TestServer_Batch(t *testing.T) {
 // TestServer_BatchLarge sends a full batch of 10,000 jobs.
 func TestServer_BatchLarge(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		if b.Name == redistest.Miniredis {
+			// The size is what this test adds, and it is the real servers' to show: on
+			// miniredis it only timed out (10,000 creates in its Lua interpreter took over
+			// the client's 30s under -race on two busy cores). Batches, JSON and NDJSON,
+			// are tested on miniredis by TestServer_Batch.
+			t.Skip("the largest batch is tested on the real servers; batches on miniredis by the batch tests above")
+		}
 		t.Parallel()
-		tb := setup(t, b, ingest.Config{RedisTimeout: time.Minute}) // miniredis under -race is slow
+		tb := setup(t, b, ingest.Config{RedisTimeout: time.Minute})
 		const n = ingest.DefaultMaxBatch
 		var buf bytes.Buffer
 		for i := range n {

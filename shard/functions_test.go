@@ -9,7 +9,6 @@ import (
 
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
-	"github.com/tockhq/tock/lua"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -18,7 +17,7 @@ import (
 // call on a node that lost the library (restarted without persistence, flushed, new in
 // the cluster) runs with EVALSHA, and the library is loaded again (at most once a second).
 func TestScripts_RunAsFunctions(t *testing.T) {
-	scripts, err := lua.Load()
+	scripts, err := shard.LoadScripts()
 	require.NoError(t, err)
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()

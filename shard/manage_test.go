@@ -443,7 +443,14 @@ func TestList_FilteredPageReadsABoundedNumberOfJobs(t *testing.T) {
 		s := open(t, b, shard.Config{Shards: 1, ColdAfter: time.Minute})
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
-		const n = 12000
+		n := 12000
+		if b.Name == redistest.Miniredis {
+			// miniredis's SCAN ignores COUNT (below): its first page reads every job
+			// whatever their number, so the bound is shown on the real servers only and
+			// miniredis checks the cursors' walk over fewer jobs (12,000 took its Lua
+			// interpreter past the client's read timeout under -race).
+			n = 2000
+		}
 		for i := 0; i < n; i += 1000 {
 			var jobs []*job.Job
 			for k := i; k < i+1000; k++ {

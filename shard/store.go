@@ -172,6 +172,12 @@ type Store struct {
 	measuredAt time.Time
 }
 
+// loadScripts builds the scripts once per process and shares them between stores: they
+// come from the embedded sources, so every load is the same, and lua.Scripts is
+// read-only. A load expands and parses every include (seconds under the race detector,
+// which every Open of a test paid).
+var loadScripts = sync.OnceValues(lua.Load)
+
 // Open initialises the namespace if it is new (recording shard count, bucket width and
 // schema version at once, in one script) and returns a Store, or a *ConfigMismatchError
 // when the namespace was initialised with other settings.
@@ -184,7 +190,7 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	scripts, err := lua.Load()
+	scripts, err := loadScripts()
 	if err != nil {
 		return nil, err
 	}
