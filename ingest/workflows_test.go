@@ -497,7 +497,17 @@ func TestWorkflows_Scopes(t *testing.T) {
 		tb.do("POST", "/v1/workflows/s:"+v, nil, "Authorization", reader).requireError(t, 403, ingest.CodeForbidden, "")
 	}
 	tb.do("POST", "/v1/workflows/s:cancel", nil, "Authorization", writer).requireStatus(t, 200)
+	tb.do("POST", "/v1/workflows/s:pause", nil, "Authorization", writer).requireError(t, 404, ingest.CodeNotFound, "")
 	tb.do("DELETE", "/v1/workflows/s", nil, "Authorization", writer).requireError(t, 405, ingest.CodeMethod, "")
+
+	// The actions are in the audit log; creates and reads are not.
+	var page ingest.AuditPage
+	tb.doJSON("GET", "/v1/audit", nil, &page, "Authorization", writer).requireStatus(t, 200)
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, e.Action+" "+e.Target+" "+e.Result)
+	}
+	require.Equal(t, []string{"workflow.pause s 404 not_found", "workflow.cancel s ok"}, got)
 }
 
 // The Go client covers every workflow endpoint.
