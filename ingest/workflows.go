@@ -58,7 +58,7 @@ func (s *Server) createWorkflow(ctx *fasthttp.RequestCtx, _ string) {
 	if r.ID == "" && key != "" {
 		r.ID = IdempotencyID(key)
 	}
-	w, aerr := s.decodeWorkflow(&r)
+	w, aerr := decodeWorkflow(&r, s.maxPayload, s.checkEgress)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -122,9 +122,9 @@ func (s *Server) createWorkflow(ctx *fasthttp.RequestCtx, _ string) {
 // decodeWorkflow converts a WorkflowRequest into a workflow for the store, which
 // validates and normalises it (job.Workflow.Normalize: its errors name the node's
 // field, "jobs[2].depends_on"). What only the wire form can get wrong (durations,
-// payloads, a target the egress policy refuses) is checked here, naming the field the
-// same way.
-func (s *Server) decodeWorkflow(r *WorkflowRequest) (*job.Workflow, *apiError) {
+// payloads over maxPayload) is checked here, naming the field the same way, and so is
+// each node's job by check (the egress policy), when not nil.
+func decodeWorkflow(r *WorkflowRequest, maxPayload int, check func(*job.Job) *apiError) (*job.Workflow, *apiError) {
 	w := &job.Workflow{ID: r.ID, Overlap: job.Overlap(r.Overlap), Misfire: job.Misfire(r.Misfire),
 		Jobs: make([]job.Node, len(r.Jobs))}
 	var aerr *apiError
@@ -154,12 +154,14 @@ func (s *Server) decodeWorkflow(r *WorkflowRequest) (*job.Workflow, *apiError) {
 		if n.Schedule != nil {
 			jr.Schedule = *n.Schedule
 		}
-		j, aerr := buildJob(&jr, s.maxPayload)
+		j, aerr := buildJob(&jr, maxPayload)
 		if aerr != nil {
 			return nil, inNode(aerr)
 		}
-		if aerr := s.checkEgress(j); aerr != nil {
-			return nil, inNode(aerr)
+		if check != nil {
+			if aerr := check(j); aerr != nil {
+				return nil, inNode(aerr)
+			}
 		}
 		w.Jobs[i] = job.Node{Job: *j, DependsOn: n.DependsOn, Rule: job.Rule(n.Rule)}
 	}
