@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -20,7 +21,8 @@ import (
 
 // Re-exported errors of the store, for errors.Is.
 var (
-	ErrNotFound = shard.ErrNotFound
+	ErrNotFound         = shard.ErrNotFound
+	ErrWorkflowNotFound = shard.ErrWorkflowNotFound
 )
 
 // Options configures Connect.
@@ -222,4 +224,128 @@ func (c *Client) PauseQueue(ctx context.Context, queue string) (changed bool, er
 // ResumeQueue undoes PauseQueue. changed is false when the queue was not paused.
 func (c *Client) ResumeQueue(ctx context.Context, queue string) (changed bool, err error) {
 	return c.store.ResumeQueue(ctx, queue)
+}
+
+// CreateWorkflow stores a workflow, a graph of jobs (job.Workflow; docs/workflows.md),
+// and makes its roots ready, or with a Schedule stores its definition, whose occurrences
+// start instances of the graph ("<id>@<due ms>"). w is not modified: defaults and a
+// generated id are applied to a copy (the result's ID names it). A workflow whose id
+// exists is not stored again: the result describes it with Created false (and Conflict
+// true if its definition differs). An invalid workflow is a *job.FieldError naming the
+// node's field ("jobs[2].depends_on"). ctx bounds the round trip.
+func (c *Client) CreateWorkflow(ctx context.Context, w *job.Workflow) (shard.WorkflowResult, error) {
+	return c.store.CreateWorkflow(ctx, cloneWorkflow(w))
+}
+
+// cloneWorkflow returns a copy of w that normalising cannot change w through.
+func cloneWorkflow(w *job.Workflow) *job.Workflow {
+	if w == nil {
+		return nil
+	}
+	cp := *w
+	if w.Schedule != nil {
+		s := *w.Schedule
+		cp.Schedule = &s
+	}
+	cp.Jobs = make([]job.Node, len(w.Jobs))
+	for i, n := range w.Jobs {
+		n.Job = *cloneJob(&n.Job)
+		n.DependsOn = append([]string(nil), n.DependsOn...)
+		cp.Jobs[i] = n
+	}
+	return &cp
+}
+
+// Workflow returns a workflow (a scheduled workflow's instance too) with every node's
+// state, or ErrWorkflowNotFound. A scheduled workflow's definition is a job: Get reads
+// it.
+func (c *Client) Workflow(ctx context.Context, id string) (*shard.WorkflowInfo, error) {
+	return c.store.Workflow(ctx, id)
+}
+
+// ListWorkflows pages through the namespace's workflows, only those in state when it is
+// not empty; limit is the page size (0: 100, at most 1000). Follow Next until it is
+// empty: a page may hold fewer workflows, even none, before that. Scheduled workflows'
+// definitions are jobs of queue job.WorkflowQueue and type job.WorkflowType (List).
+func (c *Client) ListWorkflows(ctx context.Context, state job.WorkflowState, cursor string, limit int) (shard.WorkflowPage, error) {
+	return c.store.ListWorkflows(ctx, state, cursor, limit)
+}
+
+// CancelWorkflow cancels a running workflow at once: its nodes that did not end are
+// cancelled, and running nodes' handler contexts cancelled. Cancelling a workflow that
+// ended changes nothing (changed false). ErrWorkflowNotFound when there is none.
+func (c *Client) CancelWorkflow(ctx context.Context, id string) (state job.WorkflowState, changed bool, err error) {
+	return c.store.CancelWorkflow(ctx, id)
+}
+
+// RetryWorkflow runs a failed or cancelled workflow again from the nodes that did not
+// succeed; the succeeded ones keep their results. A running or succeeded workflow is
+// left as it is (changed false). ErrWorkflowNotFound when there is none.
+func (c *Client) RetryWorkflow(ctx context.Context, id string) (state job.WorkflowState, changed bool, err error) {
+	return c.store.RetryWorkflow(ctx, id)
+}
+
+// NodeResult returns the result a succeeded node's handler returned, and whether it
+// has one.
+func (c *Client) NodeResult(ctx context.Context, id, node string) ([]byte, bool, error) {
+	return c.store.NodeResult(ctx, id, node)
+}
+
+// definition checks that id names a scheduled workflow's definition job.
+func (c *Client) definition(ctx context.Context, id string) error {
+	info, err := c.store.Get(ctx, id)
+	switch {
+	case errors.Is(err, shard.ErrNotFound):
+		return fmt.Errorf("scheduled workflow %q: %w", id, ErrWorkflowNotFound)
+	case err != nil:
+		return err
+	case info.Type != job.WorkflowType || info.Queue != job.WorkflowQueue:
+		return fmt.Errorf("scheduled workflow %q: %w (it is a job)", id, ErrWorkflowNotFound)
+	}
+	return nil
+}
+
+// PauseWorkflow stops scheduled workflow id from starting instances until
+// ResumeWorkflow; running instances go on. ErrWorkflowNotFound when id names no
+// scheduled workflow's definition.
+func (c *Client) PauseWorkflow(ctx context.Context, id string) (state job.State, changed bool, err error) {
+	if err := c.definition(ctx, id); err != nil {
+		return "", false, err
+	}
+	return c.store.Pause(ctx, id)
+}
+
+// ResumeWorkflow undoes PauseWorkflow.
+func (c *Client) ResumeWorkflow(ctx context.Context, id string) (state job.State, changed bool, err error) {
+	if err := c.definition(ctx, id); err != nil {
+		return "", false, err
+	}
+	return c.store.Resume(ctx, id)
+}
+
+// TriggerWorkflow starts an instance of scheduled workflow id now, outside its
+// schedule: it returns the definition's run, "<id>:<due ms>", and the instance it
+// starts, "<id>@<due ms>" (started by the workflow starter, a worker of queue
+// job.WorkflowQueue: worker.Worker.HandleWorkflows).
+func (c *Client) TriggerWorkflow(ctx context.Context, id string) (run, instance string, err error) {
+	if err := c.definition(ctx, id); err != nil {
+		return "", "", err
+	}
+	run, err = c.store.Trigger(ctx, id)
+	if err != nil {
+		return "", "", err
+	}
+	if _, due, ok := shard.SplitMember(run); ok {
+		instance = shard.InstanceID(id, time.UnixMilli(due))
+	}
+	return run, instance, nil
+}
+
+// DeleteWorkflow deletes scheduled workflow id's definition now; its instances are
+// left to end and expire.
+func (c *Client) DeleteWorkflow(ctx context.Context, id string) error {
+	if err := c.definition(ctx, id); err != nil {
+		return err
+	}
+	return c.store.Delete(ctx, id)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tockhq/tock"
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
@@ -64,5 +65,94 @@ func TestClient_DeleteRemovesTheJob(t *testing.T) {
 		info, err := tb.client.Get(ctx, "kept")
 		require.NoError(t, err)
 		require.Equal(t, job.StateCancelled, info.State)
+	})
+}
+
+// The Client's workflow methods: CreateWorkflow leaves the caller's workflow as it was
+// (normalising reorders the nodes and fills their defaults), and retried with it finds
+// the workflow; a scheduled workflow's definition is paused, resumed, triggered and
+// deleted through the workflow methods, which refuse a job that is no definition.
+func TestClient_Workflows(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		tb := setup(t, b, shard.Config{})
+		ctx := ctxT(t)
+		w := &job.Workflow{ID: "wf", Jobs: []job.Node{
+			{Job: job.Job{ID: "b", Type: "t"}, DependsOn: []string{"a"}},
+			{Job: job.Job{ID: "a", Type: "t", Retry: job.RetryPolicy{MaxAttempts: 1, Jitter: -1}}},
+		}}
+		before := *w
+		before.Jobs = append([]job.Node(nil), w.Jobs...)
+		res, err := tb.client.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		require.Equal(t, before, *w, "CreateWorkflow must not change the caller's workflow")
+		again, err := tb.client.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		require.False(t, again.Created)
+		require.False(t, again.Conflict)
+
+		info, err := tb.client.Workflow(ctx, "wf")
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowRunning, info.State)
+		require.Equal(t, "a", info.Nodes[0].ID)
+		page, err := tb.client.ListWorkflows(ctx, job.WorkflowRunning, "", 0)
+		require.NoError(t, err)
+		for page.Next != "" {
+			more, err := tb.client.ListWorkflows(ctx, job.WorkflowRunning, page.Next, 0)
+			require.NoError(t, err)
+			page.Workflows = append(page.Workflows, more.Workflows...)
+			page.Next = more.Next
+		}
+		require.Len(t, page.Workflows, 1)
+
+		// a succeeds with a result; cancel ends b; retry runs b alone.
+		id := tb.store.ShardOf("wf")
+		runs, err := tb.store.Claim(ctx, id, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, runs, 1)
+		_, err = tb.store.FinishRuns(ctx, id, []shard.Finish{{Member: runs[0].Member, Token: runs[0].Token, Outcome: shard.Succeeded, Result: []byte("42")}})
+		require.NoError(t, err)
+		r, ok, err := tb.client.NodeResult(ctx, "wf", "a")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, "42", string(r))
+		st, changed, err := tb.client.CancelWorkflow(ctx, "wf")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.WorkflowCancelled, st)
+		st, changed, err = tb.client.RetryWorkflow(ctx, "wf")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.WorkflowRunning, st)
+		_, _, err = tb.client.CancelWorkflow(ctx, "nope")
+		require.ErrorIs(t, err, tock.ErrWorkflowNotFound)
+
+		_, err = tb.client.CreateWorkflow(ctx, &job.Workflow{ID: "nightly", Jobs: []job.Node{{Job: job.Job{ID: "a", Type: "t"}}},
+			Schedule: &job.Schedule{Cron: "0 3 * * *"}})
+		require.NoError(t, err)
+		js, changed, err := tb.client.PauseWorkflow(ctx, "nightly")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.StatePaused, js)
+		_, changed, err = tb.client.ResumeWorkflow(ctx, "nightly")
+		require.NoError(t, err)
+		require.True(t, changed)
+		run, inst, err := tb.client.TriggerWorkflow(ctx, "nightly")
+		require.NoError(t, err)
+		_, due, ok := shard.SplitMember(run)
+		require.True(t, ok)
+		require.Equal(t, shard.InstanceID("nightly", time.UnixMilli(due)), inst)
+		require.NoError(t, tb.client.DeleteWorkflow(ctx, "nightly"))
+		require.ErrorIs(t, tb.client.DeleteWorkflow(ctx, "nightly"), tock.ErrWorkflowNotFound)
+		_, err = tb.client.Create(ctx, &job.Job{ID: "plain", Type: "t", Schedule: job.Schedule{Cron: "@daily"}})
+		require.NoError(t, err)
+		_, _, err = tb.client.PauseWorkflow(ctx, "plain")
+		require.ErrorIs(t, err, tock.ErrWorkflowNotFound)
+		got, err := tb.client.Get(ctx, "plain")
+		require.NoError(t, err)
+		require.Equal(t, job.StateScheduled, got.State)
+		// Leave nothing running for the counts check.
+		_, _, err = tb.client.CancelWorkflow(ctx, "wf")
+		require.NoError(t, err)
 	})
 }

@@ -36,6 +36,13 @@ var auditActions = map[string]string{
 	"POST " + patterns[rQueueResume]: "queue.resume",
 	"POST " + patterns[rJobsBulk]:    "jobs.bulk",
 	"POST " + patterns[rDeadBulk]:    "dead.bulk",
+
+	"POST " + patterns[rWorkflowCancel]:  "workflow.cancel",
+	"POST " + patterns[rWorkflowRetry]:   "workflow.retry",
+	"POST " + patterns[rWorkflowPause]:   "workflow.pause",
+	"POST " + patterns[rWorkflowResume]:  "workflow.resume",
+	"POST " + patterns[rWorkflowTrigger]: "workflow.trigger",
+	"POST " + patterns[rWorkflowDelete]:  "workflow.delete",
 }
 
 // actorKey is the user value holding who makes a request: set by authorize from the

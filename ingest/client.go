@@ -349,6 +349,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, h ht
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, replyError(resp, b)
 	}
+	if raw, ok := out.(*rawBody); ok {
+		*raw = b
+		return resp.StatusCode, nil
+	}
 	if out != nil {
 		unmarshal := json.Unmarshal
 		if d, ok := out.(replyDecoder); ok {

@@ -117,6 +117,9 @@ func unknownFieldPath(body []byte, t reflect.Type, name string) string {
 	return name
 }
 
+// findUnknown returns the JSON path of the first field of v that struct type t does not
+// have, such as "schedule.foo" or "jobs[2].foo"; prefix is the path of v followed by a
+// dot ("" at the top).
 func findUnknown(v any, t reflect.Type, prefix string) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -124,8 +127,9 @@ func findUnknown(v any, t reflect.Type, prefix string) string {
 	switch t.Kind() {
 	case reflect.Slice, reflect.Array:
 		if arr, ok := v.([]any); ok && t.Elem().Kind() != reflect.Uint8 {
-			for _, e := range arr {
-				if p := findUnknown(e, t.Elem(), prefix); p != "" {
+			at := strings.TrimSuffix(prefix, ".")
+			for i, e := range arr {
+				if p := findUnknown(e, t.Elem(), at+"["+strconv.Itoa(i)+"]."); p != "" {
 					return p
 				}
 			}
@@ -215,6 +219,21 @@ func decodeJob(r *JobRequest, maxPayload int) (*job.Job, *apiError) {
 	if maxPayload <= 0 {
 		maxPayload = job.DefaultMaxPayload
 	}
+	j, aerr := buildJob(r, maxPayload)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if e := j.Normalize(maxPayload); e != nil {
+		return nil, normalizeError(e)
+	}
+	fixJitter(&j.Retry)
+	return j, nil
+}
+
+// buildJob converts a JobRequest's fields, checking what the conversion needs (times,
+// durations, the payload against maxPayload, a 413 when over); the job is not
+// normalised.
+func buildJob(r *JobRequest, maxPayload int) (*job.Job, *apiError) {
 	j := &job.Job{
 		ID:      r.ID,
 		Queue:   r.Queue,
@@ -262,10 +281,6 @@ func decodeJob(r *JobRequest, maxPayload int) (*job.Job, *apiError) {
 	if j.MisfireAfter, err = parseDuration("misfire_after", r.MisfireAfter); err != nil {
 		return nil, err
 	}
-	if e := j.Normalize(maxPayload); e != nil {
-		return nil, normalizeError(e)
-	}
-	fixJitter(&j.Retry)
 	return j, nil
 }
 

@@ -189,3 +189,43 @@ func TestWireInfo(t *testing.T) {
 	require.NotContains(t, string(b), "next_run_at")
 	require.Contains(t, string(b), `"created_at":"2023-11-14T22:13:20Z"`)
 }
+
+// FuzzDecodeWorkflow: a workflow body either fails with a 400 or 413 naming what is
+// wrong, or decodes into a workflow whose own validation fails only with a field error
+// naming the workflow's field or a node's ("jobs[i]...."), never with a panic.
+func FuzzDecodeWorkflow(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"w","jobs":[{"id":"a","type":"t"},{"id":"b","type":"t","depends_on":["a"],"rule":"one_failed"}]}`,
+		`{"jobs":[{"id":"a","type":"t","payload":{"x":1},"retry":{"max_attempts":2,"jitter":0},"timeout":"1s"}],"schedule":{"cron":"@daily","timezone":"Europe/Paris"},"overlap":"buffer_one","misfire_after":"5m"}`,
+		`{"jobs":[{"id":"a","type":"t","depends_on":["b"]},{"id":"b","type":"t","depends_on":["a"]}]}`,
+		`{"jobs":[{"id":"a","type":"t"},{"id":"a","type":"t"}]}`,
+		`{"jobs":[{"id":"a","target":{"url":"https://example.com/h","timeout":"2s"}}]}`,
+		`{"jobs":[{"id":"a","type":"t","schedule":{"now":true}}]}`,
+		`{"jobs":[{"id":"a","type":"t","shedule":{}}]}`,
+		`{"jobs":[]}`, `{"jobs":null}`, `[`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r WorkflowRequest
+		aerr := decodeJSON(body, &r)
+		var w *job.Workflow
+		if aerr == nil {
+			w, aerr = decodeWorkflow(&r, fuzzMaxPayload, nil)
+		}
+		if aerr != nil {
+			require.Nil(t, w)
+			require.NotEmpty(t, aerr.msg)
+			require.Contains(t, []int{400, 413}, aerr.status)
+			return
+		}
+		err := w.Normalize(100, fuzzMaxPayload)
+		if err == nil {
+			return
+		}
+		var fe *job.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.NotEmpty(t, fe.Msg)
+		require.Regexp(t, `^(id|jobs|jobs\[\d+\]\..+|schedule(\..+)?|overlap|misfire|misfire_after)$`, fe.Field)
+	})
+}

@@ -58,6 +58,15 @@ const (
 	rRunCancel
 	rBreakers
 	rAudit
+	rWorkflows
+	rWorkflow
+	rWorkflowCancel
+	rWorkflowRetry
+	rWorkflowPause
+	rWorkflowResume
+	rWorkflowTrigger
+	rWorkflowDelete
+	rWorkflowResult
 	numRoutes
 )
 
@@ -98,6 +107,16 @@ var patterns = [numRoutes]string{
 
 	rBreakers: "/v1/breakers",
 	rAudit:    "/v1/audit",
+
+	rWorkflows:       "/v1/workflows",
+	rWorkflow:        "/v1/workflows/{id}",
+	rWorkflowCancel:  "/v1/workflows/{id}:cancel",
+	rWorkflowRetry:   "/v1/workflows/{id}:retry",
+	rWorkflowPause:   "/v1/workflows/{id}:pause",
+	rWorkflowResume:  "/v1/workflows/{id}:resume",
+	rWorkflowTrigger: "/v1/workflows/{id}:trigger",
+	rWorkflowDelete:  "/v1/workflows/{id}:delete",
+	rWorkflowResult:  "/v1/workflows/{id}/nodes/{node}/result",
 }
 
 // paramField is the name of each route's parameter in error replies ("" for none).
@@ -106,6 +125,8 @@ var paramField = [numRoutes]string{
 	rDeadRun: "run", rDeadRequeue: "run",
 	rQueuePause: "queue", rQueueResume: "queue",
 	rRunAck: "run", rRunFail: "run", rRunSnooze: "run", rRunCancel: "run",
+	rWorkflow: "id", rWorkflowCancel: "id", rWorkflowRetry: "id", rWorkflowPause: "id", rWorkflowResume: "id",
+	rWorkflowTrigger: "id", rWorkflowDelete: "id", rWorkflowResult: "id",
 }
 
 // match finds the route of a raw path (as sent, still percent-encoded) and its
@@ -154,6 +175,8 @@ func match(path string) (r int, p string, bad bool) {
 		return rRunsFail, "", false
 	case "/v1/audit":
 		return rAudit, "", false
+	case "/v1/workflows":
+		return rWorkflows, "", false
 	}
 	// /v1/<collection>/<parameter segment>[/runs]
 	rest, ok := strings.CutPrefix(path, "/v1/")
@@ -168,6 +191,8 @@ func match(path string) (r int, p string, bad bool) {
 	switch {
 	case more && coll == "jobs" && tail == "runs":
 		return param(rJobRuns, seg)
+	case more && coll == "workflows":
+		return nodeParam(seg, tail)
 	case more:
 		return -1, "", false
 	case coll == "jobs":
@@ -178,6 +203,8 @@ func match(path string) (r int, p string, bad bool) {
 		return action(seg, -1, queueVerbs)
 	case coll == "runs":
 		return action(seg, -1, runVerbs)
+	case coll == "workflows":
+		return action(seg, rWorkflow, workflowVerbs)
 	}
 	return -1, "", false
 }
@@ -194,6 +221,9 @@ var (
 	deadVerbs  = []verb{{"requeue", rDeadRequeue}}
 	queueVerbs = []verb{{"pause", rQueuePause}, {"resume", rQueueResume}}
 	runVerbs   = []verb{{"ack", rRunAck}, {"fail", rRunFail}, {"snooze", rRunSnooze}, {"cancel", rRunCancel}}
+	// A scheduled workflow's definition also takes pause, resume, trigger and delete.
+	workflowVerbs = []verb{{"cancel", rWorkflowCancel}, {"retry", rWorkflowRetry}, {"pause", rWorkflowPause},
+		{"resume", rWorkflowResume}, {"trigger", rWorkflowTrigger}, {"delete", rWorkflowDelete}}
 )
 
 // verbRoute is the route of the action named v; -1 when none.
@@ -235,6 +265,45 @@ func action(seg string, plain int, verbs []verb) (int, string, bool) {
 	return plain, dec, false
 }
 
+// nodeParam matches the tail "nodes/<node>/result" of a workflow's path segment seg.
+// Its parameter holds the workflow id and the node id, each decoded on its own, joined
+// by nodeParamJoin.
+func nodeParam(seg, tail string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(tail, "nodes/")
+	if !ok {
+		return -1, "", false
+	}
+	node, ok := strings.CutSuffix(rest, "/result")
+	if !ok || node == "" || strings.IndexByte(node, '/') >= 0 {
+		return -1, "", false
+	}
+	r, wf, bad := param(rWorkflowResult, seg)
+	if r < 0 {
+		return -1, "", false
+	}
+	n, err := url.PathUnescape(node)
+	switch {
+	case err != nil:
+		return r, nodeParamJoin(wf, node), true
+	case n == "":
+		return -1, "", false
+	}
+	return r, nodeParamJoin(wf, n), bad
+}
+
+// nodeParamJoin joins a workflow id and a node id, whatever bytes they hold, into one
+// parameter that nodeParamSplit splits again: each is path-escaped (no '/' is left in
+// it), with a '/' between them.
+func nodeParamJoin(wf, node string) string { return url.PathEscape(wf) + "/" + url.PathEscape(node) }
+
+// nodeParamSplit undoes nodeParamJoin.
+func nodeParamSplit(p string) (wf, node string) {
+	a, b, _ := strings.Cut(p, "/")
+	wf, _ = url.PathUnescape(a)
+	node, _ = url.PathUnescape(b)
+	return wf, node
+}
+
 // param decodes raw, the parameter of route r; an empty one is no route.
 func param(r int, raw string) (int, string, bool) {
 	if raw == "" {
@@ -256,6 +325,13 @@ func checkParam(r int, p string, bad bool) *apiError {
 	switch {
 	case field == "":
 		return nil
+	case bad && r == rWorkflowResult:
+		// One of the two is as sent, not valid percent-encoding.
+		wf, node := nodeParamSplit(p)
+		if _, err := url.PathUnescape(wf); err != nil {
+			return invalid("id", "not valid percent-encoding in the path: "+strconv.Quote(wf))
+		}
+		return invalid("node", "not valid percent-encoding in the path: "+strconv.Quote(node))
 	case bad:
 		return invalid(field, "not valid percent-encoding in the path: "+strconv.Quote(p))
 	case field == "run" && r >= rRunAck && r <= rRunCancel:
@@ -267,6 +343,18 @@ func checkParam(r int, p string, bad bool) *apiError {
 		return validRun(p)
 	case field == "queue":
 		if err := job.ValidateID("queue", p, job.MaxQueueLen); err != nil {
+			return normalizeError(err)
+		}
+	case r == rWorkflowResult:
+		wf, node := nodeParamSplit(p)
+		if err := job.ValidateRef("id", wf, job.MaxWorkflowIDLen); err != nil {
+			return normalizeError(err)
+		}
+		if err := job.ValidateID("node", node, job.MaxNodeIDLen); err != nil {
+			return normalizeError(err)
+		}
+	case r >= rWorkflow && r <= rWorkflowDelete:
+		if err := job.ValidateRef("id", p, job.MaxWorkflowIDLen); err != nil {
 			return normalizeError(err)
 		}
 	default:
@@ -336,6 +424,16 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rRunCancel, "POST", work, s.cancelRun)
 	// The audit log names operators and their addresses: a write token's to read.
 	add(rAudit, "GET", write, s.listAudit)
+	add(rWorkflows, "POST", write, s.createWorkflow)
+	add(rWorkflows, "GET", read, s.listWorkflows)
+	add(rWorkflow, "GET", read, s.getWorkflow)
+	add(rWorkflowCancel, "POST", write, s.cancelWorkflow)
+	add(rWorkflowRetry, "POST", write, s.retryWorkflow)
+	add(rWorkflowPause, "POST", write, s.pauseWorkflow)
+	add(rWorkflowResume, "POST", write, s.resumeWorkflow)
+	add(rWorkflowTrigger, "POST", write, s.triggerWorkflow)
+	add(rWorkflowDelete, "POST", write, s.deleteWorkflow)
+	add(rWorkflowResult, "GET", read, s.workflowResult)
 	return rs
 }
 
@@ -606,7 +704,7 @@ func (s *Server) rctx(ctx *fasthttp.RequestCtx) (context.Context, context.Cancel
 }
 
 // storeError answers a store error: not found 404, a job state that does not allow the
-// operation 409, an invalid argument 400, a change the replicas did not confirm 503
+// operation 409 (so is an operation only a node's workflow may do, *shard.NodeError), an invalid argument 400, a change the replicas did not confirm 503
 // not_replicated, a Redis timeout 503, anything else 500 (logged, with a generic message).
 func (s *Server) storeError(ctx *fasthttp.RequestCtx, what string, err error) {
 	writeError(ctx, s.storeAPIError(ctx, what, err))
@@ -628,11 +726,15 @@ func (s *Server) storeAPIError(ctx context.Context, what string, err error) *api
 	var se *shard.StateError
 	var fe *job.FieldError
 	var re *shard.ReplicationError
+	var ne *shard.NodeError
 	switch {
-	case errors.Is(err, shard.ErrNotFound):
+	case errors.Is(err, shard.ErrNotFound), errors.Is(err, shard.ErrWorkflowNotFound):
 		return &apiError{status: 404, code: CodeNotFound, msg: what + " not found"}
 	case errors.As(err, &se):
 		return &apiError{status: 409, code: CodeState, msg: se.Error()}
+	case errors.As(err, &ne):
+		// Only its workflow decides when a node's job runs.
+		return &apiError{status: 409, code: CodeState, msg: ne.Error()}
 	case errors.As(err, &fe):
 		return invalid(fe.Field, fe.Msg)
 	case errors.As(err, &re):

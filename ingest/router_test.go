@@ -42,7 +42,7 @@ func TestOpenAPI_MatchesRouter(t *testing.T) {
 	require.Equal(t, served, documented)
 
 	// The documented paths, with their parameters filled in, reach those routes.
-	fill := strings.NewReplacer("{id}", "job-1.a_b~c", "{run}", "job-1:1700000000000", "{queue}", "mail")
+	fill := strings.NewReplacer("{id}", "job-1.a_b~c", "{run}", "job-1:1700000000000", "{queue}", "mail", "{node}", "extract")
 	for path := range doc.Paths {
 		r, p, bad := match(fill.Replace(path))
 		require.False(t, bad)
@@ -106,6 +106,28 @@ func TestMatch(t *testing.T) {
 		{"/v1/jobs/%zz", "/v1/jobs/{id}", "%zz", true},
 		{"/v1/jobs/%zz:pause", "/v1/jobs/{id}:pause", "%zz", true},
 		{"/v1/queues/%zz", "", "", false},
+		// Workflows: ids with '@' (instances) are ids like any other.
+		{"/v1/workflows", "/v1/workflows", "", false},
+		{"/v1/workflows/etl", "/v1/workflows/{id}", "etl", false},
+		{"/v1/workflows/nightly@1893466800000", "/v1/workflows/{id}", "nightly@1893466800000", false},
+		{"/v1/workflows/nightly%401893466800000:retry", "/v1/workflows/{id}:retry", "nightly@1893466800000", false},
+		{"/v1/workflows/etl:cancel", "/v1/workflows/{id}:cancel", "etl", false},
+		{"/v1/workflows/etl:pause", "/v1/workflows/{id}:pause", "etl", false},
+		{"/v1/workflows/etl:resume", "/v1/workflows/{id}:resume", "etl", false},
+		{"/v1/workflows/etl:trigger", "/v1/workflows/{id}:trigger", "etl", false},
+		{"/v1/workflows/etl:delete", "/v1/workflows/{id}:delete", "etl", false},
+		{"/v1/workflows/etl:requeue", "/v1/workflows/{id}", "etl:requeue", false},
+		{"/v1/workflows/etl/nodes/a/result", "/v1/workflows/{id}/nodes/{node}/result", "etl/a", false},
+		{"/v1/workflows/n@1/nodes/a%2Fb/result", "/v1/workflows/{id}/nodes/{node}/result", "n@1/a%2Fb", false},
+		{"/v1/workflows/a%2Fb/nodes/c/result", "/v1/workflows/{id}/nodes/{node}/result", "a%2Fb/c", false},
+		{"/v1/workflows/x/nodes/%zz/result", "/v1/workflows/{id}/nodes/{node}/result", "x/%25zz", true},
+		{"/v1/workflows/x/nodes//result", "", "", false},
+		{"/v1/workflows/x/nodes/a", "", "", false},
+		{"/v1/workflows/x/nodes/a/b/result", "", "", false},
+		{"/v1/workflows//nodes/a/result", "", "", false},
+		{"/v1/workflows/x/runs", "", "", false},
+		{"/v1/workflows/", "", "", false},
+		{"/v1/workflows/:cancel", "", "", false},
 	} {
 		r, p, bad := match(tc.path)
 		if tc.pattern == "" {

@@ -42,7 +42,8 @@ type Token struct {
 }
 
 // Metrics receives the server's measurements. Nil means none. Its methods are called
-// from many goroutines at once.
+// from many goroutines at once. A Metrics that also implements WorkflowMetrics counts
+// the workflows the API creates, cancels and retries.
 type Metrics interface {
 	// HTTPRequest is called once per request with its route pattern (such as
 	// "POST /v1/jobs" or "GET /v1/jobs/{id}"; "unmatched" for unknown paths), status

@@ -102,6 +102,13 @@ func (s *Store) StartInstance(ctx context.Context, def string, due time.Time, pa
 	}
 	overlap := w.Overlap
 	w.ID, w.Schedule, w.Overlap, w.Misfire, w.MisfireAfter = def, nil, "", "", 0
+	for i := range w.Jobs {
+		// The definition was stored normalised, where a jitter of 0 means none; normalised
+		// again, 0 would be the default 0.2. RetryPolicy spells "none" negative.
+		if r := &w.Jobs[i].Retry; r.Jitter == 0 {
+			r.Jitter = -1
+		}
+	}
 	if err := w.Normalize(s.cfg.MaxNodes, s.cfg.MaxPayload); err != nil {
 		return WorkflowResult{}, fmt.Errorf("workflow definition %q: %w", def, err)
 	}

@@ -560,3 +560,40 @@ func TestWorkflow_RetryWhileACancelledNodeStillRuns(t *testing.T) {
 		require.Zero(t, q.Scheduled+q.Ready+q.InFlight+q.Dead, "%+v", q)
 	})
 }
+
+// A scheduled workflow's instances run their nodes with the definition's retry policy:
+// a node without jitter (-1, "none") keeps none in every instance. The definition is
+// stored normalised, where "none" is 0, and each instance normalises it again, where 0
+// is the default 0.2.
+func TestWorkflow_ScheduledInstanceKeepsRetryPolicy(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		n := node("a")
+		n.Retry = job.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second, Jitter: -1}
+		m := node("b", "a")
+		m.Retry = job.RetryPolicy{MaxAttempts: 2, Jitter: 0.5}
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "nojit", Jobs: []job.Node{n, m},
+			Schedule: &job.Schedule{Cron: "0 3 * * *"}})
+		require.NoError(t, err)
+		def, err := s.Get(ctx, "nojit")
+		require.NoError(t, err)
+		inst, err := s.StartInstance(ctx, "nojit", time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC), def.Payload)
+		require.NoError(t, err)
+		require.True(t, inst.Created)
+		a, err := s.Get(ctx, job.NodeJobID(inst.ID, "a"))
+		require.NoError(t, err)
+		require.Equal(t, -1.0, a.Retry.Jitter, "no jitter stays none")
+		require.Equal(t, 3, a.Retry.MaxAttempts)
+		bn, err := s.Get(ctx, job.NodeJobID(inst.ID, "b"))
+		require.NoError(t, err)
+		require.Equal(t, 0.5, bn.Retry.Jitter)
+
+		// A one-off workflow's node keeps none too.
+		_, err = s.CreateWorkflow(ctx, &job.Workflow{ID: "nojit1", Jobs: []job.Node{n}})
+		require.NoError(t, err)
+		a, err = s.Get(ctx, "nojit1@a")
+		require.NoError(t, err)
+		require.Equal(t, -1.0, a.Retry.Jitter)
+	})
+}

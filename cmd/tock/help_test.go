@@ -15,6 +15,8 @@ var commandPaths = []string{
 	"dev", "server", "ingest", "dispatcher", "init",
 	"snapshot export", "snapshot restore", "snapshot verify", "snapshot ls",
 	"jobs create", "jobs get", "jobs ls", "jobs patch", "jobs cancel", "jobs pause", "jobs resume", "jobs trigger", "jobs delete", "jobs runs", "jobs bulk",
+	"workflows create", "workflows get", "workflows ls", "workflows cancel", "workflows retry", "workflows pause",
+	"workflows resume", "workflows trigger", "workflows delete", "workflows result",
 	"dead ls", "dead requeue", "dead rm", "dead bulk", "cluster", "figures", "audit",
 	"queues", "queues pause", "queues resume",
 	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare", "bench ui",
@@ -22,7 +24,7 @@ var commandPaths = []string{
 }
 
 // commandGroups are the commands that take a command.
-var commandGroups = []string{"snapshot", "jobs", "dead", "bench"}
+var commandGroups = []string{"snapshot", "jobs", "workflows", "dead", "bench"}
 
 // execTock runs the binary's main path with args: its exit status and what it printed.
 func execTock(t *testing.T, env map[string]string, args ...string) (code int, out, errOut string) {

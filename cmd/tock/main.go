@@ -45,6 +45,9 @@ Usage:
       Manage jobs through the API: --api URL (env TOCK_API, default http://127.0.0.1:8080),
       --token T (env TOCK_TOKEN), --json for the API's JSON instead of a table. jobs bulk
       applies an action to the jobs a filter matches, following the cursors.
+  tock workflows create|get|ls|cancel|retry|pause|resume|trigger|delete|result [flags]
+      Manage workflows (graphs of jobs, docs/workflows.md) through the API; pause, resume,
+      trigger and delete act on a scheduled workflow's definition.
   tock dead ls|requeue|rm|bulk [flags]
       List dead runs, make them ready again, or delete them (bulk: all of a queue).
   tock cluster | tock figures [--queue Q] [--minutes N]
@@ -97,6 +100,8 @@ func run(ctx context.Context, args []string, c *cli) error {
 		return runInit(ctx, args[1:], c)
 	case "jobs", "job":
 		return runJobs(ctx, c, args[1:])
+	case "workflows", "workflow":
+		return runWorkflows(ctx, c, args[1:])
 	case "dead":
 		return runDead(ctx, c, args[1:])
 	case "queues", "queue":

@@ -18,6 +18,15 @@
 //	tock_queue_runs{queue,state}                 runs per queue and state, read from Redis
 //	tock_queue_paused{queue}                     1 when the queue is paused
 //	tock_queue_stats_errors_total                failed reads of the queue figures
+//	tock_workflows_created_total{scheduled}      workflows created through this process's API
+//	tock_workflows_cancelled_total               running workflows its API cancelled
+//	tock_workflows_retried_total                 failed or cancelled workflows its API retried
+//
+// Workflows end inside Redis scripts (the script that ends a node's run ends its
+// workflow), which return nothing to the process that called them about it, so there is
+// no count of workflows succeeded or failed, and no gauge of running workflows: that
+// would take a scan of every workflow per scrape (shard.Store.ListWorkflows), or a
+// counter the scripts keep.
 //
 // Acks are tock_runs_finished_total{outcome="succeeded"}, failures {outcome="failed"}
 // (retried) and {outcome="dead"} (out of attempts).
@@ -47,9 +56,10 @@ import (
 )
 
 var (
-	_ dispatcher.Metrics = (*Metrics)(nil)
-	_ worker.Metrics     = (*Metrics)(nil)
-	_ ingest.Metrics     = (*Metrics)(nil)
+	_ dispatcher.Metrics     = (*Metrics)(nil)
+	_ worker.Metrics         = (*Metrics)(nil)
+	_ ingest.Metrics         = (*Metrics)(nil)
+	_ ingest.WorkflowMetrics = (*Metrics)(nil)
 )
 
 // Histogram buckets, in seconds.
@@ -114,6 +124,9 @@ type Metrics struct {
 	httpReqs              *prometheus.CounterVec
 	httpDur               *prometheus.HistogramVec
 	statsErrs             prometheus.Counter
+	wfCreated             [2]prometheus.Counter // not scheduled, scheduled
+	wfCancelled           prometheus.Counter
+	wfRetried             prometheus.Counter
 
 	// Children of the vectors by label, so the hot paths skip label hashing and the
 	// variadic slices of WithLabelValues.
@@ -192,11 +205,21 @@ func New(cfg Config) (*Metrics, error) {
 		codes:  map[routeCode]prometheus.Counter{},
 		routes: map[string]prometheus.Observer{},
 	}
+	wfCreated := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tock_workflows_created_total", Help: "Workflows created through this process's API, by scheduled (true: a scheduled workflow's definition).",
+	}, []string{"scheduled"})
+	m.wfCreated = [2]prometheus.Counter{wfCreated.WithLabelValues("false"), wfCreated.WithLabelValues("true")}
+	m.wfCancelled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tock_workflows_cancelled_total", Help: "Running workflows cancelled through this process's API.",
+	})
+	m.wfRetried = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tock_workflows_retried_total", Help: "Failed or cancelled workflows run again through this process's API.",
+	})
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.fired, m.reaped, m.leases, m.claimed, m.finished, m.lateness, m.duration,
-		m.httpReqs, m.httpDur,
+		m.httpReqs, m.httpDur, wfCreated, m.wfCancelled, m.wfRetried,
 	} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prom: register: %w", err)
@@ -324,6 +347,21 @@ func (m *Metrics) HTTPRequest(route string, status int, d time.Duration) {
 	c.Inc()
 	o.Observe(d.Seconds())
 }
+
+// WorkflowCreated counts a workflow in tock_workflows_created_total{scheduled}.
+func (m *Metrics) WorkflowCreated(scheduled bool) {
+	if scheduled {
+		m.wfCreated[1].Inc()
+		return
+	}
+	m.wfCreated[0].Inc()
+}
+
+// WorkflowCancelled counts a cancelled workflow in tock_workflows_cancelled_total.
+func (m *Metrics) WorkflowCancelled() { m.wfCancelled.Inc() }
+
+// WorkflowRetried counts a retried workflow in tock_workflows_retried_total.
+func (m *Metrics) WorkflowRetried() { m.wfRetried.Inc() }
 
 // QueueStatsFunc returns the figures of every queue; (*shard.Store).Queues is one.
 type QueueStatsFunc func(ctx context.Context) ([]shard.QueueStats, error)

@@ -115,6 +115,29 @@ func histCount(t *testing.T, m *Metrics, name string) int {
 	return 0
 }
 
+func TestMetrics_Workflows(t *testing.T) {
+	t.Parallel()
+	m := newMetrics(t, Config{})
+	m.WorkflowCreated(false)
+	m.WorkflowCreated(false)
+	m.WorkflowCreated(true)
+	m.WorkflowCancelled()
+	m.WorkflowRetried()
+	m.WorkflowRetried()
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP tock_workflows_created_total Workflows created through this process's API, by scheduled (true: a scheduled workflow's definition).
+# TYPE tock_workflows_created_total counter
+tock_workflows_created_total{scheduled="false"} 2
+tock_workflows_created_total{scheduled="true"} 1
+# HELP tock_workflows_cancelled_total Running workflows cancelled through this process's API.
+# TYPE tock_workflows_cancelled_total counter
+tock_workflows_cancelled_total 1
+# HELP tock_workflows_retried_total Failed or cancelled workflows run again through this process's API.
+# TYPE tock_workflows_retried_total counter
+tock_workflows_retried_total 2
+`), "tock_workflows_created_total", "tock_workflows_cancelled_total", "tock_workflows_retried_total"))
+}
+
 func TestMetrics_HTTP(t *testing.T) {
 	t.Parallel()
 	m := newMetrics(t, Config{})
