@@ -26,6 +26,8 @@ package executor
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +35,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,6 +408,22 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	req.Header["Tock-Attempt"] = []string{strconv.Itoa(r.Attempt)}
 	req.Header["Tock-Due"] = []string{r.Due.UTC().Format(time.RFC3339Nano)}
 	req.Header[worker.SignatureHeader] = []string{Sign(e.cfg.Secrets[0], r.Payload, e.cfg.Now())}
+	if wf, node, ok := r.Workflow(); ok {
+		req.Header["Tock-Workflow"] = []string{wf}
+		req.Header["Tock-Node"] = []string{node}
+		parents, err := r.ParentResults(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the parents' results: %w", err)
+		}
+		if v, omitted := encodeParents(parents); v != "" || len(omitted) > 0 {
+			if v != "" {
+				req.Header["Tock-Parent-Results"] = []string{v}
+			}
+			if len(omitted) > 0 {
+				req.Header["Tock-Parent-Results-Omitted"] = []string{strings.Join(omitted, ",")}
+			}
+		}
+	}
 	resp, err := e.client.Do(req)
 	if err != nil {
 		// The URL (its query may hold a token) stays out of the recorded error.
@@ -465,4 +484,62 @@ func snippet(b []byte) string {
 func isJSON(b []byte) bool {
 	c := strings.TrimSpace(string(b[:min(len(b), 1)]))
 	return c == "{" || c == "["
+}
+
+// MaxParentHeader bounds the JSON of the parents' results a workflow node's delivery
+// carries in its Tock-Parent-Results header (base64url of it, about 4/3 as long): HTTP
+// servers commonly refuse headers over 8 KiB.
+const MaxParentHeader = 4 << 10
+
+// encodeParents returns the Tock-Parent-Results header of a node's delivery: base64url
+// (unpadded) of a JSON array [{"node": …, "result": <JSON>} or {"node": …,
+// "result_base64": …}], the form of a pulled run's "parents", sorted by node, the
+// smaller results first while the array stays within MaxParentHeader; and the parents
+// left out (sorted), whose results the API's result endpoint reads.
+func encodeParents(parents map[string][]byte) (string, []string) {
+	if len(parents) == 0 {
+		return "", nil
+	}
+	type entry struct {
+		Node         string          `json:"node"`
+		Result       json.RawMessage `json:"result,omitempty"`
+		ResultBase64 string          `json:"result_base64,omitempty"`
+	}
+	names := make([]string, 0, len(parents))
+	for n := range parents {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(a, b int) bool {
+		if la, lb := len(parents[names[a]]), len(parents[names[b]]); la != lb {
+			return la < lb
+		}
+		return names[a] < names[b]
+	})
+	var kept []entry
+	var omitted []string
+	size := 2
+	for _, n := range names {
+		e := entry{Node: n}
+		if b := parents[n]; len(b) > 0 {
+			if json.Valid(b) {
+				e.Result = b
+			} else {
+				e.ResultBase64 = base64.StdEncoding.EncodeToString(b)
+			}
+		}
+		j, _ := json.Marshal(e)
+		if size+len(j)+1 > MaxParentHeader {
+			omitted = append(omitted, n)
+			continue
+		}
+		size += len(j) + 1
+		kept = append(kept, e)
+	}
+	sort.Slice(kept, func(a, b int) bool { return kept[a].Node < kept[b].Node })
+	sort.Strings(omitted)
+	if len(kept) == 0 {
+		return "", omitted
+	}
+	j, _ := json.Marshal(kept)
+	return base64.RawURLEncoding.EncodeToString(j), omitted
 }

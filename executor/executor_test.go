@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
@@ -360,5 +361,49 @@ func TestExecutor_BreakerProbeReleasesHeldRuns(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, bs, 1)
 		require.Equal(t, shard.BreakerClosed, bs[0].State)
+	})
+}
+
+// A workflow's push node's delivery names its workflow and node and carries its
+// parents' results (the 2xx bodies of their deliveries) in Tock-Parent-Results: base64url
+// of the JSON a pulled run's "parents" has; a result too large for the header is named in
+// Tock-Parent-Results-Omitted.
+func TestExecutor_WorkflowNodeCarriesParentResults(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		hits := make(chan http.Header, 10)
+		big := strings.Repeat("y", executor.MaxParentHeader)
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits <- r.Header.Clone()
+			switch r.URL.Path {
+			case "/a":
+				_, _ = w.Write([]byte(`{"id":"m-1"}`))
+			case "/b":
+				_, _ = w.Write([]byte("plain"))
+			case "/big":
+				_, _ = w.Write([]byte(big))
+			}
+		}))
+		defer sink.Close()
+		tb := setup(t, b, executor.Config{MaxResult: 2 * executor.MaxParentHeader})
+		push := func(id, path string, deps ...string) job.Node {
+			return job.Node{Job: job.Job{ID: id, Target: &job.Target{URL: sink.URL + path}}, DependsOn: deps}
+		}
+		_, err := tb.store.CreateWorkflow(context.Background(), &job.Workflow{ID: "flow", Jobs: []job.Node{
+			push("a", "/a"), push("b", "/b"), push("big", "/big"), push("join", "/join", "a", "b", "big")}})
+		require.NoError(t, err)
+		var join http.Header
+		for range 4 {
+			h := <-hits
+			if h.Get("Tock-Node") == "join" {
+				join = h
+			}
+		}
+		require.NotNil(t, join)
+		require.Equal(t, "flow", join.Get("Tock-Workflow"))
+		raw, err := base64.RawURLEncoding.DecodeString(join.Get("Tock-Parent-Results"))
+		require.NoError(t, err)
+		require.JSONEq(t, `[{"node":"a","result":{"id":"m-1"}},{"node":"b","result_base64":"cGxhaW4="}]`, string(raw))
+		require.Equal(t, "big", join.Get("Tock-Parent-Results-Omitted"))
 	})
 }

@@ -23,11 +23,24 @@ import (
 type pulledRun struct {
 	c     shard.Claimed
 	queue string
+	// A workflow node's (Server.addParents).
+	workflow, node string
+	parents        []parentResult
+	omitted        []string
+}
+
+type parentResult struct {
+	node   string
+	result []byte
 }
 
 // wire returns the ClaimedRun of r (the reply's value for r, as encoding/json would
 // encode it).
-func (r *pulledRun) wire() ClaimedRun { return wireClaimed(&r.c, r.queue) }
+func (r *pulledRun) wire() ClaimedRun {
+	w := wireClaimed(&r.c, r.queue)
+	r.wireWorkflow(&w)
+	return w
+}
 
 var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
@@ -55,6 +68,9 @@ func appendClaimReply(b []byte, runs []pulledRun) []byte {
 			b = append(b, ',')
 		}
 		b = appendClaimed(b, &runs[i].c, runs[i].queue, &durs)
+		if runs[i].workflow != "" {
+			b = appendWorkflow(b[:len(b)-1], &runs[i])
+		}
 	}
 	return append(b, "]}\n"...)
 }
@@ -391,4 +407,46 @@ func (d *fastDecoder) skipValue() bool {
 		}
 	}
 	return false
+}
+
+// appendWorkflow appends the workflow fields of a node's run and the run's closing
+// brace, as encoding/json writes them (the ClaimedRun fields after Token).
+func appendWorkflow(b []byte, r *pulledRun) []byte {
+	b = append(b, `,"workflow":`...)
+	b = appendJSONString(b, r.workflow)
+	b = append(b, `,"node":`...)
+	b = appendJSONString(b, r.node)
+	if len(r.parents) > 0 {
+		b = append(b, `,"parents":[`...)
+		for i, p := range r.parents {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"node":`...)
+			b = appendJSONString(b, p.node)
+			if len(p.result) > 0 {
+				if isCompactJSON(p.result) {
+					b = append(b, `,"result":`...)
+					b = append(b, p.result...)
+				} else {
+					b = append(b, `,"result_base64":"`...)
+					b = base64.StdEncoding.AppendEncode(b, p.result)
+					b = append(b, '"')
+				}
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(r.omitted) > 0 {
+		b = append(b, `,"parents_omitted":[`...)
+		for i, n := range r.omitted {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, n)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }

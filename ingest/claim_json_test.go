@@ -61,6 +61,20 @@ func TestAppendClaimReply(t *testing.T) {
 		runs = append(runs, pulledRun{c: c, queue: "q-\u00e9"})
 		requireSameClaimReply(t, runs[len(runs)-1:])
 	}
+	// Workflow nodes: with and without parents' results and omitted ones.
+	for _, mod := range []func(r *pulledRun){
+		func(r *pulledRun) {},
+		func(r *pulledRun) {
+			r.parents = []parentResult{{node: "a", result: []byte(`{"n":1}`)}, {node: "b\\", result: []byte{0, 0xff}}, {node: "c"}}
+		},
+		func(r *pulledRun) { r.omitted = []string{"big", "é "} },
+		func(r *pulledRun) { r.parents, r.omitted = []parentResult{{node: "x", result: []byte(`"s"`)}}, []string{"y"} },
+	} {
+		r := pulledRun{c: base, queue: "q", workflow: "wf@1764000000000", node: "join"}
+		mod(&r)
+		runs = append(runs, r)
+		requireSameClaimReply(t, runs[len(runs)-1:])
+	}
 	requireSameClaimReply(t, runs)
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,7 @@ func (s *Server) claimRuns(ctx *fasthttp.RequestCtx, _ string) {
 		writeError(ctx, aerr)
 		return
 	}
+	s.addParents(ctx, runs)
 	writeClaimReply(ctx, runs)
 }
 
@@ -350,6 +352,59 @@ func wireClaimed(c *shard.Claimed, queue string) ClaimedRun {
 		Attempt: c.Attempt, MaxAttempts: c.MaxAttempts, Due: c.Due.UTC(),
 		Deadline: c.ClaimedAt.Add(c.Visibility).UTC(), Timeout: durString(c.Timeout),
 		Visibility: durString(c.Visibility), Token: c.Token,
+	}
+}
+
+// wireWorkflow fills the workflow fields of a node's claimed run.
+func (r *pulledRun) wireWorkflow(w *ClaimedRun) {
+	w.Workflow, w.Node = r.workflow, r.node
+	for _, p := range r.parents {
+		res, b64 := encodePayload(p.result)
+		w.Parents = append(w.Parents, ParentResult{Node: p.node, Result: res, ResultBase64: b64})
+	}
+	w.ParentsOmitted = r.omitted
+}
+
+// addParents reads the parents' results of the runs of workflow nodes among runs
+// (MaxParentResults bytes per run at most, the smaller results first). A read that
+// fails leaves the run without them, named in ParentsOmitted: the run is claimed
+// already, and its worker can read them by the result endpoint.
+func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
+	for i := range runs {
+		r := &runs[i]
+		wf, node, ok := job.SplitNodeJobID(r.c.JobID)
+		if !ok {
+			continue
+		}
+		r.workflow, r.node = wf, node
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+		res, err := s.store.ParentResults(rctx, r.c.JobID)
+		cancel()
+		if err != nil {
+			s.log.WarnContext(ctx, "claim: parents' results not read", "run", r.c.Member, "error", err)
+			continue
+		}
+		names := make([]string, 0, len(res))
+		for n := range res {
+			names = append(names, n)
+		}
+		sort.Slice(names, func(a, b int) bool {
+			if la, lb := len(res[names[a]]), len(res[names[b]]); la != lb {
+				return la < lb
+			}
+			return names[a] < names[b]
+		})
+		left := MaxParentResults
+		for _, n := range names {
+			if b := res[n]; len(b) <= left {
+				left -= len(b)
+				r.parents = append(r.parents, parentResult{node: n, result: b})
+			} else {
+				r.omitted = append(r.omitted, n)
+			}
+		}
+		sort.Slice(r.parents, func(a, b int) bool { return r.parents[a].node < r.parents[b].node })
+		sort.Strings(r.omitted)
 	}
 }
 

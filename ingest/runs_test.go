@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -361,4 +362,44 @@ func TestRuns_BadRequests(t *testing.T) {
 			r.requireError(t, c.status, code, c.field)
 		})
 	}
+}
+
+// A workflow node claimed over HTTP names its workflow and node and carries its parents'
+// results: JSON as JSON, other bytes in base64, a result too large for the run's share
+// named in parents_omitted (the result endpoint reads it).
+func TestRuns_ClaimCarriesParentResults(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		tb := pullBundle(t, b)
+		wc, w := tb.client(pullWriter), tb.client(pullWorker)
+		_, _, err := wc.CreateWorkflow(ctx, ingest.WorkflowRequest{ID: "wf", Jobs: []ingest.NodeRequest{
+			{ID: "json", Queue: "q", Type: "t"}, {ID: "bin", Queue: "q", Type: "t"}, {ID: "big", Queue: "q", Type: "t"},
+			{ID: "none", Queue: "q", Type: "t"},
+			{ID: "join", Queue: "q", Type: "t", DependsOn: []string{"json", "bin", "big", "none"}},
+		}}, "")
+		require.NoError(t, err)
+		roots, err := w.ClaimRuns(ctx, ingest.ClaimRequest{Queues: []string{"q"}, Max: 10, Worker: "py-1"})
+		require.NoError(t, err)
+		require.Len(t, roots.Runs, 4)
+		results := map[string][]byte{"json": []byte(`{"rows":3}`), "bin": {0, 1, 0xff}, "big": bytes.Repeat([]byte("x"), ingest.MaxParentResults)}
+		for _, r := range roots.Runs {
+			require.Equal(t, "wf", r.Workflow)
+			require.Empty(t, r.Parents, "a root has no parents")
+			_, err := w.AckRun(ctx, r.Run, r.Token, results[r.Node])
+			require.NoError(t, err)
+		}
+		join := claimOne(t, w, ingest.ClaimRequest{Queues: []string{"q"}, Max: 10, Worker: "py-1"})
+		require.Equal(t, "wf@join", join.JobID)
+		require.Equal(t, "wf", join.Workflow)
+		require.Equal(t, "join", join.Node)
+		require.Len(t, join.Parents, 2)
+		require.Equal(t, "bin", join.Parents[0].Node)
+		require.Equal(t, "AAH/", join.Parents[0].ResultBase64)
+		require.Equal(t, "json", join.Parents[1].Node)
+		require.JSONEq(t, `{"rows":3}`, string(join.Parents[1].Result))
+		require.Equal(t, []string{"big"}, join.ParentsOmitted, "over the share; none had no result")
+		big, err := wc.NodeResult(ctx, "wf", "big")
+		require.NoError(t, err)
+		require.Len(t, big, ingest.MaxParentResults)
+	})
 }

@@ -46,6 +46,26 @@ type ClaimedRun struct {
 	Visibility string `json:"visibility"`
 	// Token is the lease token: every call on the run carries it.
 	Token string `json:"token"`
+	// Workflow and Node name the workflow node a run belongs to (its job id is
+	// "<workflow>@<node>"); empty for other jobs.
+	Workflow string `json:"workflow,omitempty"`
+	Node     string `json:"node,omitempty"`
+	// Parents are the results of a node's parents that succeeded with one, at most
+	// MaxParentResults bytes in all; ParentsOmitted names those left out for size (GET
+	// /v1/workflows/{id}/nodes/{node}/result reads them).
+	Parents        []ParentResult `json:"parents,omitempty"`
+	ParentsOmitted []string       `json:"parents_omitted,omitempty"`
+}
+
+// MaxParentResults bounds the bytes of parents' results one claimed run carries.
+const MaxParentResults = 64 << 10
+
+// ParentResult is the result of one parent of a workflow node: Result when its bytes
+// are JSON, ResultBase64 otherwise.
+type ParentResult struct {
+	Node         string          `json:"node"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultBase64 string          `json:"result_base64,omitempty"`
 }
 
 // ClaimReply is the reply of POST /v1/runs:claim; Runs is empty when none came within
