@@ -300,6 +300,41 @@ func TestClients(t *testing.T) {
 				require.Equal(t, echoResult{Echo: map[string]any{"n": float64(i), "from": "python"}, By: "go", Attempt: 1}, r)
 			}
 		})
+		t.Run("a workflow across python and node workers", func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			py := start(t, "python worker", e.pythonCmd(workerToken, "work", "q-wf-py", "py-wf"))
+			nd := start(t, "node worker", e.nodeCmd(workerToken, "work", "q-wf-node", "node-wf"))
+			_, _, err := api.CreateWorkflow(ctx, ingest.WorkflowRequest{ID: "xlang", Jobs: []ingest.NodeRequest{
+				{ID: "extract", Queue: "q-wf-py", Type: "echo", Payload: json.RawMessage(`{"rows":2}`)},
+				{ID: "audit", Queue: "q-wf-node", Type: "echo", Payload: json.RawMessage(`{"ok":true}`)},
+				{ID: "load", Queue: "q-wf-node", Type: "echo", DependsOn: []string{"extract", "audit"}},
+				{ID: "report", Queue: "q-wf-py", Type: "echo", DependsOn: []string{"load"}},
+			}}, "")
+			require.NoError(t, err)
+			waitFor(t, 30*time.Second, "the workflow succeeded", func() (bool, string) {
+				w, err := api.Workflow(ctx, "xlang")
+				return err == nil && w.State == "succeeded", fmt.Sprintf("%+v %v", w, err)
+			})
+			result := func(node string) map[string]any {
+				b, err := api.NodeResult(ctx, "xlang", node)
+				require.NoError(t, err)
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(b, &m), "%s", b)
+				return m
+			}
+			load := result("load")
+			require.Equal(t, "node", load["by"])
+			require.Equal(t, map[string]any{
+				"extract": map[string]any{"echo": map[string]any{"rows": float64(2)}, "by": "python", "attempt": float64(1), "node": "extract", "parents": map[string]any{}},
+				"audit":   map[string]any{"echo": map[string]any{"ok": true}, "by": "node", "attempt": float64(1), "node": "audit", "parents": map[string]any{}},
+			}, load["parents"], "a node worker sees what a python and a node worker returned")
+			report := result("report")
+			require.Equal(t, "python", report["by"])
+			require.Equal(t, "node", report["parents"].(map[string]any)["load"].(map[string]any)["by"])
+			py.stop(t, 10*time.Second)
+			nd.stop(t, 10*time.Second)
+		})
 		t.Run("a killed python worker's run is redelivered", func(t *testing.T) {
 			t.Parallel()
 			out := &syncBuffer{}

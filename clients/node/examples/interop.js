@@ -27,7 +27,10 @@ if (cmd === 'create') {
     handlers: {
       echo: async (job) => {
         console.log('start', job.run);
-        return { echo: job.payload, by: 'node', attempt: job.attempt };
+        const r = { echo: job.payload, by: 'node', attempt: job.attempt };
+        // A workflow node's run: pass on what the parents returned.
+        if (job.node) Object.assign(r, { node: job.node, parents: job.parents });
+        return r;
       },
     },
   });

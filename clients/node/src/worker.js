@@ -34,7 +34,8 @@ export class Cancel extends Error {
 
 /**
  * What a handler gets: the claimed run (run, jobId, queue, type, payload, attempt,
- * maxAttempts, due, deadline, timeout and visibility in seconds, token, raw) and signal,
+ * maxAttempts, due, deadline, timeout and visibility in seconds, token, raw; for a
+ * workflow node's run also workflow, node, parents and parentsOmitted) and signal,
  * an AbortSignal aborted when the handler should give up (job cancelled, run lost,
  * timeout, or the worker's grace period is over).
  */
@@ -55,6 +56,19 @@ export class Job {
     this.timeout = parseDuration(r.timeout) ?? 0;
     this.visibility = parseDuration(r.visibility) ?? 30;
     this.token = r.token;
+    // A workflow node's run: its workflow and node ids, and its parents' results by node
+    // id (JSON values as decoded, other results as Buffers); parentsOmitted names the
+    // parents whose results did not fit in the claim (GET
+    // /v1/workflows/{id}/nodes/{node}/result reads them).
+    this.workflow = r.workflow ?? null;
+    this.node = r.node ?? null;
+    this.parents = {};
+    for (const p of r.parents ?? []) {
+      if ('result' in p) this.parents[p.node] = p.result;
+      else if ('result_base64' in p) this.parents[p.node] = Buffer.from(p.result_base64, 'base64');
+      else this.parents[p.node] = Buffer.alloc(0);
+    }
+    this.parentsOmitted = [...(r.parents_omitted ?? [])];
     this.state = 'running'; // or cancelled, lost, timeout, reported
     this.controller = new AbortController();
     this.signal = this.controller.signal;

@@ -6,7 +6,8 @@
     python3 interop.py verify SECRET HEADER BODY [NOW]
 
 create prints the ids of the jobs it created (type "echo", payload {"n": i, "from": "python"}).
-work handles "echo" (result {"echo": payload, "by": "python"}) and "slow" (on its first
+work handles "echo" (result {"echo": payload, "by": "python"}, with "node" and "parents"
+for a workflow node's run) and "slow" (on its first
 attempt sleeps payload["seconds"], then answers as echo), printing "start <run>" as each handler starts,
 until SIGTERM. verify prints "ok" or the refusal's kind, and exits 0 or 1.
 """
@@ -47,7 +48,10 @@ def main(argv):
 
         def echo(job):
             print("start", job.run, flush=True)
-            return {"echo": job.payload, "by": "python", "attempt": job.attempt}
+            r = {"echo": job.payload, "by": "python", "attempt": job.attempt}
+            if job.node:  # a workflow node's run: pass on what the parents returned
+                r["node"], r["parents"] = job.node, job.parents
+            return r
 
         def slow(job):
             print("start", job.run, flush=True)

@@ -44,7 +44,8 @@ class Cancel(Exception):
 
 class Job:
     """What a handler gets: the claimed run (run, job_id, queue, type, payload, attempt,
-    max_attempts, due, deadline, timeout and visibility in seconds, token) and stop, an
+    max_attempts, due, deadline, timeout and visibility in seconds, token; for a workflow
+    node's run also workflow, node, parents and parents_omitted) and stop, an
     Event set when the handler should give up (job cancelled, run lost, timeout, or the
     worker's grace period is over)."""
 
@@ -67,6 +68,21 @@ class Job:
         self.timeout = parse_duration(r.get("timeout")) or 0
         self.visibility = parse_duration(r.get("visibility")) or 30.0
         self.token = r["token"]
+        # A workflow node's run: its workflow and node ids, and its parents' results by
+        # node id (JSON values as decoded, other results as bytes); parents_omitted names
+        # the parents whose results did not fit in the claim (GET
+        # /v1/workflows/{id}/nodes/{node}/result reads them).
+        self.workflow = r.get("workflow")
+        self.node = r.get("node")
+        self.parents = {}
+        for p in r.get("parents") or []:
+            if "result" in p:
+                self.parents[p["node"]] = p["result"]
+            elif "result_base64" in p:
+                self.parents[p["node"]] = base64.b64decode(p["result_base64"])
+            else:
+                self.parents[p["node"]] = b""
+        self.parents_omitted = list(r.get("parents_omitted") or [])
         self.stop = threading.Event()
         self.state = "running"  # or "cancelled", "lost", "timeout"
 
