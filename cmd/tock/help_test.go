@@ -17,7 +17,7 @@ var commandPaths = []string{
 	"jobs create", "jobs get", "jobs ls", "jobs patch", "jobs cancel", "jobs pause", "jobs resume", "jobs trigger", "jobs delete", "jobs runs", "jobs bulk",
 	"dead ls", "dead requeue", "dead rm", "dead bulk", "cluster", "figures", "audit",
 	"queues", "queues pause", "queues resume",
-	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare", "bench ui",
+	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare", "bench ui", "bench workflow",
 	"version",
 }
 
