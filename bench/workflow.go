@@ -142,6 +142,7 @@ type wfHandler struct {
 	chainSeen  []atomic.Int32 // ran nodes: a 1, b 2, c 4; duplicates beyond that
 	chainDup   atomic.Int64
 	chainDone  atomic.Int64
+	chainNodes atomic.Int64 // node runs, for progress
 	chainFirst atomic.Int64 // ns, Redis clock
 	chainLast  atomic.Int64
 }
@@ -156,6 +157,7 @@ func (h *wfHandler) work(_ context.Context, r *worker.Run) error {
 		if err != nil || i < 0 || i >= len(h.chainSeen) {
 			return nil
 		}
+		h.chainNodes.Add(1)
 		at := r.StartedAt.UnixNano()
 		for {
 			first := h.chainFirst.Load()
@@ -372,8 +374,10 @@ func chains(ctx context.Context, e *env, h *wfHandler, cfg WorkflowConfig) (*Cha
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
-		d := h.chainDone.Load()
-		pp.update(int(d))
+		pp.update(int(h.chainDone.Load()))
+		// Progress is any node run: the ready runs go oldest first, so every chain's
+		// first node runs before most chains' last.
+		d := h.chainNodes.Load()
 		if d != last {
 			last, idle = d, time.Now()
 		} else if time.Since(idle) > 30*time.Second {
