@@ -105,7 +105,7 @@ func (c Common) withDefaults() Common {
 	return c
 }
 
-func connect(ctx context.Context, c Common, defaultDispatchers bool) (*env, error) {
+func connect(ctx context.Context, c Common, defaultDispatchers bool, opts ...func(*shard.Config)) (*env, error) {
 	c = c.withDefaults()
 	if defaultDispatchers && c.Dispatchers == 0 {
 		c.Dispatchers = 1
@@ -146,7 +146,11 @@ func connect(ctx context.Context, c Common, defaultDispatchers bool) (*env, erro
 			e.backend = fmt.Sprintf("cluster(%d nodes)", len(rc.Nodes()))
 		}
 	}
-	e.store, err = shard.Open(ctx, rc, shard.Config{Namespace: e.ns, Shards: c.Shards, BucketSize: c.Bucket})
+	scfg := shard.Config{Namespace: e.ns, Shards: c.Shards, BucketSize: c.Bucket}
+	for _, o := range opts {
+		o(&scfg)
+	}
+	e.store, err = shard.Open(ctx, rc, scfg)
 	if err != nil {
 		e.close(ctx)
 		return nil, err

@@ -220,3 +220,22 @@ func TestThroughputAndPush_RejectBadSettings(t *testing.T) {
 	_, err = bench.Push(ctx, bench.PushConfig{Jobs: 1, Concurrency: -1})
 	require.ErrorContains(t, err, "--concurrency")
 }
+
+func TestWorkflow_FanOutAndChains(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		res, err := bench.Workflow(context.Background(), bench.WorkflowConfig{Common: common(b), FanOut: 200, Rounds: 2, Chains: 100, Concurrency: 20})
+		require.NoError(t, err)
+		f := res.FanOut
+		require.Equal(t, 201, f.Nodes)
+		require.Equal(t, 2, f.Rounds)
+		require.Zero(t, f.Duplicates)
+		require.Positive(t, f.NodesPerSec)
+		require.GreaterOrEqual(t, f.JoinClaimAfterAckMs.P50, 0.0, "the join is claimed after its last parent's ack")
+		require.LessOrEqual(t, f.JoinClaimAfterAckMs.P50, f.JoinStartAfterAckMs.P50+1)
+		c := res.Chains
+		require.Equal(t, 100, c.Completed)
+		require.Zero(t, c.Duplicates)
+		require.Positive(t, c.ChainsPerSec)
+		require.InDelta(t, 3*c.ChainsPerSec, c.NodesPerSec, 1)
+	})
+}

@@ -252,6 +252,10 @@ type Scripts struct {
 	CreateWorkflow  *Script
 	CancelWorkflow  *Script
 	RetryWorkflow   *Script
+
+	ReadWorkflows     *Script
+	RestoreWorkflows  *Script
+	SettleDefinitions *Script
 }
 
 // Load builds every script. It fails only if an embedded script is malformed.
@@ -259,30 +263,33 @@ func Load() (*Scripts, error) {
 	s := &Scripts{}
 	var all []*Script
 	for name, dst := range map[string]**Script{
-		"create_jobs":      &s.CreateJobs,
-		"fire_due":         &s.FireDue,
-		"fire_runs":        &s.FireRuns,
-		"claim_runs":       &s.ClaimRuns,
-		"extend_runs":      &s.ExtendRuns,
-		"finish_runs":      &s.FinishRuns,
-		"cancel_job":       &s.CancelJob,
-		"pause_job":        &s.PauseJob,
-		"resume_job":       &s.ResumeJob,
-		"trigger_job":      &s.TriggerJob,
-		"acquire_lease":    &s.AcquireLease,
-		"release_lease":    &s.ReleaseLease,
-		"heartbeat_member": &s.HeartbeatMember,
-		"update_job":       &s.UpdateJob,
-		"requeue_dead":     &s.RequeueDead,
-		"delete_dead":      &s.DeleteDead,
-		"delete_job":       &s.DeleteJob,
-		"read_jobs":        &s.ReadJobs,
-		"restore_jobs":     &s.RestoreJobs,
-		"init_namespace":   &s.InitNamespace,
-		"breaker_step":     &s.BreakerStep,
-		"create_workflow":  &s.CreateWorkflow,
-		"cancel_workflow":  &s.CancelWorkflow,
-		"retry_workflow":   &s.RetryWorkflow,
+		"create_jobs":        &s.CreateJobs,
+		"fire_due":           &s.FireDue,
+		"fire_runs":          &s.FireRuns,
+		"claim_runs":         &s.ClaimRuns,
+		"extend_runs":        &s.ExtendRuns,
+		"finish_runs":        &s.FinishRuns,
+		"cancel_job":         &s.CancelJob,
+		"pause_job":          &s.PauseJob,
+		"resume_job":         &s.ResumeJob,
+		"trigger_job":        &s.TriggerJob,
+		"acquire_lease":      &s.AcquireLease,
+		"release_lease":      &s.ReleaseLease,
+		"heartbeat_member":   &s.HeartbeatMember,
+		"update_job":         &s.UpdateJob,
+		"requeue_dead":       &s.RequeueDead,
+		"delete_dead":        &s.DeleteDead,
+		"delete_job":         &s.DeleteJob,
+		"read_jobs":          &s.ReadJobs,
+		"restore_jobs":       &s.RestoreJobs,
+		"init_namespace":     &s.InitNamespace,
+		"breaker_step":       &s.BreakerStep,
+		"create_workflow":    &s.CreateWorkflow,
+		"cancel_workflow":    &s.CancelWorkflow,
+		"retry_workflow":     &s.RetryWorkflow,
+		"read_workflows":     &s.ReadWorkflows,
+		"restore_workflows":  &s.RestoreWorkflows,
+		"settle_definitions": &s.SettleDefinitions,
 	} {
 		src, err := Source(name)
 		if err != nil {

@@ -13,7 +13,7 @@ func TestHeaders(t *testing.T) {
 	t.Parallel()
 	s, err := Load()
 	require.NoError(t, err)
-	require.Len(t, Names(), 24)
+	require.Len(t, Names(), 27)
 	for _, name := range Names() {
 		raw, err := files.ReadFile(name + ".lua")
 		require.NoError(t, err)

@@ -183,7 +183,7 @@ func (s *Store) List(ctx context.Context, f ListFilter) (Page, error) {
 // listJobs reads the jobs of batch (ids per shard), sorted by id; jobs gone meanwhile are
 // left out.
 func (s *Store) listJobs(ctx context.Context, batch map[ID][]string) ([]*Info, error) {
-	recs, err := s.readJobsOf(ctx, batch)
+	recs, err := s.readJobsOf(ctx, batch, false)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

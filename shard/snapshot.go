@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -65,6 +66,18 @@ var ErrNotEmpty = errors.New("namespace holds jobs")
 // the scan is listed at least once: rarely twice, when Redis resized its table meanwhile.
 // One created or removed meanwhile may or may not be.
 func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string) error) error {
+	return s.scanAll(ctx, false, func(id ID, jobIDs, _ []string) error { return fn(id, jobIDs) })
+}
+
+// ScanJobsAndWorkflows is ScanAllJobs that also lists the namespace's workflows (their
+// hashes, Keys.Workflow) in the same SCANs: fn is called with a shard's job ids, its
+// workflow ids, or both, once per piece and shard as ScanAllJobs calls it. A workflow
+// that exists throughout the scan is listed at least once.
+func (s *Store) ScanJobsAndWorkflows(ctx context.Context, fn func(id ID, jobIDs, workflowIDs []string) error) error {
+	return s.scanAll(ctx, true, fn)
+}
+
+func (s *Store) scanAll(ctx context.Context, workflows bool, fn func(id ID, jobIDs, workflowIDs []string) error) error {
 	addrs, nodes, err := Primaries(ctx, s.c)
 	if err != nil {
 		return fmt.Errorf("scan jobs: %w", err)
@@ -76,7 +89,7 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 				return fmt.Errorf("scan jobs: %w", err)
 			}
 			if len(ids) > 0 {
-				if err := fn(id, ids); err != nil {
+				if err := fn(id, ids, nil); err != nil {
 					return err
 				}
 			}
@@ -87,6 +100,10 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 	}
 	shards := s.shardIDs()
 	match := s.jobMatch()
+	if workflows {
+		// `[jcw]*` adds the workflow hashes (wf:) and the definitions' (wfd:, left out).
+		match = strings.TrimSuffix(match, "[jc]*") + "[jcw]*"
+	}
 	for _, addr := range addrs {
 		n := nodes[addr]
 		var cursor uint64
@@ -99,13 +116,22 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 			if err != nil {
 				return fmt.Errorf("scan jobs on %s: %w", addr, err)
 			}
-			ids := make([]ID, 0, len(batch))
+			var wfs map[ID][]string
+			if workflows {
+				wfs = s.workflowsOfKeys(shards, e.Elements)
+			}
+			ids := make([]ID, 0, len(batch)+len(wfs))
 			for id := range batch {
 				ids = append(ids, id)
 			}
+			for id := range wfs {
+				if _, ok := batch[id]; !ok {
+					ids = append(ids, id)
+				}
+			}
 			slices.Sort(ids)
 			for _, id := range ids {
-				if err := fn(id, batch[id]); err != nil {
+				if err := fn(id, batch[id], wfs[id]); err != nil {
 					return err
 				}
 			}
@@ -117,24 +143,58 @@ func (s *Store) ScanAllJobs(ctx context.Context, fn func(id ID, jobIDs []string)
 	return nil
 }
 
+// workflowsOfKeys returns, per shard, the ids of the workflows whose hashes keys name
+// (`<prefix>wf:<id>`). Other keys are left out.
+func (s *Store) workflowsOfKeys(shards map[string]ID, keys []string) map[ID][]string {
+	out := map[ID][]string{}
+	g := s.keys.global()
+	for _, k := range keys {
+		if !strings.HasPrefix(k, g+"{") {
+			continue
+		}
+		end := strings.IndexByte(k[len(g):], '}')
+		if end < 0 {
+			continue
+		}
+		prefix := k[:len(g)+end+1] + ":"
+		id, ok := shards[prefix]
+		if rest, found := strings.CutPrefix(k[len(prefix):], "wf:"); ok && found && rest != "" {
+			out[id] = append(out[id], rest)
+		}
+	}
+	return out
+}
+
 // ReadJobs reads whole jobs of shard id: each job with its hash and expiry in one atomic
 // step (read_jobs), so each record is self-consistent; different jobs may be read at
 // slightly different times. Jobs that do not exist are left out. The calls of one
 // ReadJobs go in one pipeline.
 func (s *Store) ReadJobs(ctx context.Context, id ID, jobIDs []string) ([]JobRecord, error) {
-	recs, err := s.readJobsOf(ctx, map[ID][]string{id: jobIDs})
+	recs, err := s.readJobsOf(ctx, map[ID][]string{id: jobIDs}, false)
+	return recs[id], err
+}
+
+// ReadJobsButNodes is ReadJobs for a snapshot: it leaves out the jobs of workflow nodes
+// whose workflow exists, which ReadWorkflows reads with their workflow, in one step.
+// The job of a node whose workflow is gone is read as any job.
+func (s *Store) ReadJobsButNodes(ctx context.Context, id ID, jobIDs []string) ([]JobRecord, error) {
+	recs, err := s.readJobsOf(ctx, map[ID][]string{id: jobIDs}, true)
 	return recs[id], err
 }
 
 // readJobsOf is ReadJobs for the jobs of several shards, in one pipeline.
-func (s *Store) readJobsOf(ctx context.Context, jobIDs map[ID][]string) (map[ID][]JobRecord, error) {
+func (s *Store) readJobsOf(ctx context.Context, jobIDs map[ID][]string, butNodes bool) (map[ID][]JobRecord, error) {
+	nodes := "0"
+	if butNodes {
+		nodes = "1"
+	}
 	var calls []call
 	var shardOf []ID
 	bucket := strconv.FormatInt(s.bucketMs, 10)
 	for id, ids := range jobIDs {
 		for len(ids) > 0 {
 			n := min(len(ids), readBatch)
-			args := append([]string{s.keys.Prefix(id), bucket}, ids[:n]...)
+			args := append([]string{s.keys.Prefix(id), bucket, nodes}, ids[:n]...)
 			calls = append(calls, call{s.scripts.ReadJobs, []string{s.keys.Buckets(id)}, args})
 			shardOf = append(shardOf, id)
 			ids = ids[n:]
@@ -161,11 +221,26 @@ func (s *Store) readJobsOf(ctx context.Context, jobIDs map[ID][]string) (map[ID]
 	return out, nil
 }
 
-// RestoreCounts are what RestoreJobs did with the jobs it was given.
+// RestoreCounts are what RestoreJobs and RestoreWorkflows did with the jobs and
+// workflows they were given. The job counts include workflows' node jobs.
 type RestoreCounts struct {
-	Restored int // written, their runs filed again
-	Existed  int // left alone: a job with the id exists (a restore run again)
-	Expired  int // skipped: their expiry time has passed
+	Restored int // jobs written, their runs filed again
+	Existed  int // jobs left alone: a job with the id exists (a restore run again)
+	Expired  int // jobs skipped: their expiry time has passed
+
+	Workflows        int // workflows written, with their nodes
+	WorkflowsExisted int // workflows left alone, with their nodes: the id exists
+	WorkflowsExpired int // workflows skipped, with their nodes: their expiry time has passed
+}
+
+// Add adds o's counts to c's.
+func (c *RestoreCounts) Add(o RestoreCounts) {
+	c.Restored += o.Restored
+	c.Existed += o.Existed
+	c.Expired += o.Expired
+	c.Workflows += o.Workflows
+	c.WorkflowsExisted += o.WorkflowsExisted
+	c.WorkflowsExpired += o.WorkflowsExpired
 }
 
 // RestoreJobs writes jobs read by ReadJobs into shard id and files their runs again from

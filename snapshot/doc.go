@@ -1,4 +1,4 @@
-// Package snapshot exports the jobs of a namespace to object storage and restores them:
+// Package snapshot exports the jobs and workflows of a namespace to object storage and restores them:
 // the periodic snapshots of tock's durability story (DESIGN.md §8), next to Redis AOF and
 // replicas. Storage goes through gocloud.dev/blob: a local directory (file:///dir, or a
 // plain path) or S3 and S3-compatible stores such as MinIO (s3://bucket?...); see
@@ -16,8 +16,11 @@
 //
 // A shard file is gzip-compressed JSON lines, one job per line: the fields of the job's
 // Redis hash, which hold its definition, state, runs and history ("f", with the values
-// that are not valid UTF-8 base64-encoded in "b"), and its expiry time ("exp"); see
-// docs/snapshots.md. The manifest (see Manifest) is written last, so a folder without one is
+// that are not valid UTF-8 base64-encoded in "b"), and its expiry time ("exp"); or (format
+// 2) one workflow per line: its hash's fields, its expiry time, and its nodes' jobs
+// ("nodes"), read together in one atomic step (lua/read_workflows.lua) and restored
+// together in one (lua/restore_workflows.lua), so that a restored workflow continues;
+// see docs/snapshots.md. The manifest (see Manifest) is written last, so a folder without one is
 // an incomplete snapshot; it records the format and data schema versions, the namespace,
 // shard count, bucket width, paused queues, the export's start and end times, and per
 // file its job count, byte size and SHA-256.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -31,13 +32,14 @@ type ExportOptions struct {
 
 // Export writes a snapshot of the store's namespace to b and returns its manifest: one
 // gzip-compressed file of JSON lines per shard, one line per job, then the manifest. It
-// does not block Redis: it lists the jobs of every shard with one SCAN per primary
-// (shard.Store.ScanAllJobs, which visits each key once), spools their ids per shard in
-// files under opts.TempDir, then writes the shard files, opts.Parallel at a time, reading
-// the jobs a few hundred at a time, each job in one atomic step. The snapshot is
-// therefore consistent per job, not across jobs: jobs are read over the time the export
-// takes (between the manifest's Started and Finished), so a job created meanwhile may be
-// missing, and one removed meanwhile may be present.
+// does not block Redis: it lists the jobs and workflows of every shard with one SCAN per
+// primary (shard.Store.ScanJobsAndWorkflows, which visits each key once), spools their
+// ids per shard in files under opts.TempDir, then writes the shard files, opts.Parallel
+// at a time, reading the jobs a few hundred at a time, each job in one atomic step, and
+// each workflow with its nodes' jobs in one atomic step (so they agree). The snapshot is
+// therefore consistent per job and per workflow, not across them: they are read over the
+// time the export takes (between the manifest's Started and Finished), so a job created
+// meanwhile may be missing, and one removed meanwhile may be present.
 //
 // When Export fails it deletes what it wrote (best effort); a snapshot without a
 // manifest is incomplete in any case, and Restore refuses it.
@@ -79,7 +81,17 @@ func Export(ctx context.Context, st *shard.Store, b *blob.Bucket, opts ExportOpt
 		return nil, fmt.Errorf("export snapshot %s: %w", m.ID, err)
 	}
 	defer sp.close() // best effort: the ids are of no use once the files are written
-	err = st.ScanAllJobs(ctx, sp.add)
+	err = st.ScanJobsAndWorkflows(ctx, func(id shard.ID, jobIDs, wfIDs []string) error {
+		if err := sp.add(id, jobIDs); err != nil {
+			return err
+		}
+		// Marked by a leading '@', which no id has.
+		marked := make([]string, len(wfIDs))
+		for i, w := range wfIDs {
+			marked[i] = workflowMark + w
+		}
+		return sp.add(id, marked)
+	})
 	if err == nil {
 		err = sp.flush()
 	}
@@ -101,6 +113,7 @@ func Export(ctx context.Context, st *shard.Store, b *blob.Bucket, opts ExportOpt
 	}
 	for _, f := range m.Files {
 		m.Jobs += f.Jobs
+		m.Workflows += f.Workflows
 		m.Bytes += f.Bytes
 	}
 	finished, err := st.ServerNow(ctx)
@@ -117,6 +130,9 @@ func Export(ctx context.Context, st *shard.Store, b *blob.Bucket, opts ExportOpt
 	}
 	return m, nil
 }
+
+// workflowMark marks the workflow ids among a spool's ids.
+const workflowMark = "@"
 
 // exportShard writes the file of shard id into snapshot snapID: the jobs whose ids sp
 // holds for the shard.
@@ -135,7 +151,15 @@ func exportShard(ctx context.Context, st *shard.Store, b *blob.Bucket, sp *spool
 	enc := json.NewEncoder(gz)
 	enc.SetEscapeHTML(false)
 	err = sp.read(id, readIDs, func(ids []string) error {
-		jobs, err := st.ReadJobs(ctx, id, ids)
+		var jobIDs, wfIDs []string
+		for _, i := range ids {
+			if w, ok := strings.CutPrefix(i, workflowMark); ok {
+				wfIDs = append(wfIDs, w)
+			} else {
+				jobIDs = append(jobIDs, i)
+			}
+		}
+		jobs, err := st.ReadJobsButNodes(ctx, id, jobIDs)
 		if err != nil {
 			return err
 		}
@@ -145,6 +169,20 @@ func exportShard(ctx context.Context, st *shard.Store, b *blob.Bucket, sp *spool
 			}
 		}
 		f.Jobs += int64(len(jobs))
+		if len(wfIDs) == 0 {
+			return nil
+		}
+		wfs, err := st.ReadWorkflows(ctx, id, wfIDs)
+		if err != nil {
+			return err
+		}
+		for _, w := range wfs {
+			if err := enc.Encode(newWorkflowRecord(w)); err != nil {
+				return fmt.Errorf("encode workflow %q: %w", w.ID, err)
+			}
+			f.Jobs += int64(len(w.Nodes))
+		}
+		f.Workflows += int64(len(wfs))
 		return nil
 	})
 	if err == nil {

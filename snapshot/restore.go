@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sort"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
@@ -50,7 +51,7 @@ func Verify(ctx context.Context, b *blob.Bucket, id string, opts ReadOptions) (*
 		return nil, err
 	}
 	err = each(ctx, len(m.Files), opts.Parallel, func(ctx context.Context, i int) error {
-		return readFile(ctx, b, m, m.Files[i], func(context.Context, shard.JobRecord) error { return nil })
+		return readFile(ctx, b, m, m.Files[i], func(context.Context, item) error { return nil })
 	})
 	if err != nil {
 		return nil, err
@@ -114,21 +115,41 @@ func RestoreVerified(ctx context.Context, st *shard.Store, b *blob.Bucket, m *Ma
 		}
 	}
 	var mu sync.Mutex
+	defs := map[shard.ID]map[string]bool{} // scheduled workflows with running instances
 	err = each(ctx, len(m.Files), opts.Parallel, func(ctx context.Context, i int) error {
-		w := &restoreWriter{st: st, pending: map[shard.ID][]shard.JobRecord{}}
+		w := &restoreWriter{st: st, pending: map[shard.ID][]shard.JobRecord{},
+			pendingWf: map[shard.ID][]shard.WorkflowRecord{}, defs: map[shard.ID]map[string]bool{}}
 		err := readFile(ctx, b, m, m.Files[i], w.add)
 		if err == nil {
 			err = w.flushAll(ctx)
 		}
 		mu.Lock()
-		res.Restored += w.counts.Restored
-		res.Existed += w.counts.Existed
-		res.Expired += w.counts.Expired
+		res.Add(w.counts)
+		for id, ds := range w.defs {
+			if defs[id] == nil {
+				defs[id] = map[string]bool{}
+			}
+			for d := range ds {
+				defs[id][d] = true
+			}
+		}
 		mu.Unlock()
 		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+	}
+	// Once every instance is back: a buffered instance whose running one did not come
+	// back (it had ended when it was read) starts.
+	for id, ds := range defs {
+		names := make([]string, 0, len(ds))
+		for d := range ds {
+			names = append(names, d)
+		}
+		sort.Strings(names)
+		if _, err := st.SettleDefinitions(ctx, id, names); err != nil {
+			return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
+		}
 	}
 	if err := st.EndRestore(ctx); err != nil {
 		return res, fmt.Errorf("restore snapshot %s: %w", m.ID, err)
@@ -143,21 +164,27 @@ const (
 	restoreFlushBytes = 32 << 20
 )
 
-// restoreWriter batches the jobs of one file per target shard.
+// restoreWriter batches the jobs and workflows of one file per target shard.
 type restoreWriter struct {
-	st      *shard.Store
-	pending map[shard.ID][]shard.JobRecord
-	bytes   int
-	counts  shard.RestoreCounts
+	st        *shard.Store
+	pending   map[shard.ID][]shard.JobRecord
+	pendingWf map[shard.ID][]shard.WorkflowRecord
+	wfNodes   map[shard.ID]int // nodes pending in pendingWf
+	bytes     int
+	counts    shard.RestoreCounts
+	// defs are the definitions of the running scheduled instances met, per shard.
+	defs map[shard.ID]map[string]bool
 }
 
-// add queues one job, writing batches as they fill.
-func (w *restoreWriter) add(ctx context.Context, j shard.JobRecord) error {
+// add queues one job or workflow, writing batches as they fill.
+func (w *restoreWriter) add(ctx context.Context, it item) error {
+	if it.workflow != nil {
+		return w.addWorkflow(ctx, *it.workflow)
+	}
+	j := it.job
 	id := w.st.ShardOf(j.ID)
 	w.pending[id] = append(w.pending[id], j)
-	for _, f := range j.Fields {
-		w.bytes += len(f)
-	}
+	w.bytes += jobBytes(j)
 	if len(w.pending[id]) >= restoreFlushJobs {
 		return w.flush(ctx, id)
 	}
@@ -167,18 +194,65 @@ func (w *restoreWriter) add(ctx context.Context, j shard.JobRecord) error {
 	return nil
 }
 
+func (w *restoreWriter) addWorkflow(ctx context.Context, r shard.WorkflowRecord) error {
+	id := w.st.ShardOf(r.ID)
+	if def, ok := shard.DefinitionOf(r.ID); ok {
+		if w.defs[id] == nil {
+			w.defs[id] = map[string]bool{}
+		}
+		w.defs[id][def] = true
+	}
+	if w.wfNodes == nil {
+		w.wfNodes = map[shard.ID]int{}
+	}
+	w.pendingWf[id] = append(w.pendingWf[id], r)
+	w.wfNodes[id] += len(r.Nodes) + 1
+	w.bytes += workflowBytes(r)
+	if w.wfNodes[id] >= restoreFlushJobs {
+		return w.flushWorkflows(ctx, id)
+	}
+	if w.bytes >= restoreFlushBytes {
+		return w.flushAll(ctx)
+	}
+	return nil
+}
+
+func jobBytes(j shard.JobRecord) int {
+	n := 0
+	for _, f := range j.Fields {
+		n += len(f)
+	}
+	return n
+}
+
+func workflowBytes(r shard.WorkflowRecord) int {
+	n := jobBytes(shard.JobRecord{Fields: r.Fields})
+	for _, j := range r.Nodes {
+		n += jobBytes(j)
+	}
+	return n
+}
+
 func (w *restoreWriter) flush(ctx context.Context, id shard.ID) error {
 	jobs := w.pending[id]
 	delete(w.pending, id)
 	for _, j := range jobs {
-		for _, f := range j.Fields {
-			w.bytes -= len(f)
-		}
+		w.bytes -= jobBytes(j)
 	}
 	c, err := w.st.RestoreJobs(ctx, id, jobs)
-	w.counts.Restored += c.Restored
-	w.counts.Existed += c.Existed
-	w.counts.Expired += c.Expired
+	w.counts.Add(c)
+	return err
+}
+
+func (w *restoreWriter) flushWorkflows(ctx context.Context, id shard.ID) error {
+	wfs := w.pendingWf[id]
+	delete(w.pendingWf, id)
+	delete(w.wfNodes, id)
+	for _, r := range wfs {
+		w.bytes -= workflowBytes(r)
+	}
+	c, err := w.st.RestoreWorkflows(ctx, id, wfs)
+	w.counts.Add(c)
 	return err
 }
 
@@ -188,12 +262,17 @@ func (w *restoreWriter) flushAll(ctx context.Context) error {
 			return err
 		}
 	}
+	for id := range w.pendingWf {
+		if err := w.flushWorkflows(ctx, id); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // readFile reads shard file f of snapshot m and calls fn with each job, checking the file
 // as it goes (see Verify). fn may be called before a problem further on is found.
-func readFile(ctx context.Context, b *blob.Bucket, m *Manifest, f File, fn func(context.Context, shard.JobRecord) error) error {
+func readFile(ctx context.Context, b *blob.Bucket, m *Manifest, f File, fn func(context.Context, item) error) error {
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{ID: m.ID, File: f.Name, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -227,20 +306,28 @@ func readFile(ctx context.Context, b *blob.Bucket, m *Manifest, f File, fn func(
 		}
 		return nil
 	}
-	var n int64
+	var n, jobs, workflows int64 // records, jobs (and nodes), workflows
 	var fnErr error
 	err = decode(bufio.NewReaderSize(src, 64<<10), func(r record) error {
-		j, err := r.job()
+		it, err := r.item(m.Format)
 		if err != nil {
 			return corrupt("record %d: %v", n+1, err)
 		}
-		if sh := shard.Of(j.ID, m.Shards); int(sh) != f.Shard {
-			return corrupt("record %d: job %q belongs to shard %d", n+1, j.ID, sh)
+		n++
+		if it.workflow != nil {
+			if sh := shard.Of(it.workflow.ID, m.Shards); int(sh) != f.Shard {
+				return corrupt("record %d: workflow %q belongs to shard %d", n, it.workflow.ID, sh)
+			}
+			if workflows++; workflows > f.Workflows {
+				return corrupt("more than the %d workflows the manifest says", f.Workflows)
+			}
+		} else if sh := shard.Of(it.job.ID, m.Shards); int(sh) != f.Shard {
+			return corrupt("record %d: job %q belongs to shard %d", n, it.job.ID, sh)
 		}
-		if n++; n > f.Jobs {
-			return corrupt("more than the %d records the manifest says", f.Jobs)
+		if jobs += it.jobs(); jobs > f.Jobs {
+			return corrupt("more than the %d jobs the manifest says", f.Jobs)
 		}
-		fnErr = fn(ctx, j)
+		fnErr = fn(ctx, it)
 		return fnErr
 	})
 	switch {
@@ -262,8 +349,11 @@ func readFile(ctx context.Context, b *blob.Bucket, m *Manifest, f File, fn func(
 	if err := checksum(); err != nil {
 		return err
 	}
-	if n != f.Jobs {
-		return corrupt("%d records, the manifest says %d", n, f.Jobs)
+	if jobs != f.Jobs {
+		return corrupt("%d jobs, the manifest says %d", jobs, f.Jobs)
+	}
+	if workflows != f.Workflows {
+		return corrupt("%d workflows, the manifest says %d", workflows, f.Workflows)
 	}
 	return nil
 }

@@ -25,8 +25,14 @@ import (
 )
 
 // FormatVersion is the version of the snapshot format (manifest and shard files) that
-// this package writes and reads. A snapshot of another format is refused.
-const FormatVersion = 1
+// this package writes. Format 2 added workflow records (a workflow with its nodes' jobs)
+// and the manifest's workflow counts.
+const FormatVersion = 2
+
+// OldestFormat is the oldest snapshot format this package reads: format 1 holds jobs
+// only (a workflow's node jobs are there, as jobs, but not the workflow). A snapshot of
+// another format is refused.
+const OldestFormat = 1
 
 // manifestName is the manifest's file name inside a snapshot's folder.
 const manifestName = "manifest.json"
@@ -59,7 +65,8 @@ func (e *CorruptError) Error() string {
 // Manifest describes a complete snapshot. It is stored as manifest.json in the snapshot's
 // folder, written after every shard file.
 type Manifest struct {
-	// Format is the snapshot format, FormatVersion.
+	// Format is the snapshot format, FormatVersion when written by this package
+	// (OldestFormat to FormatVersion are read).
 	Format int `json:"format"`
 	// Schema is the data layout version of the namespace the jobs were exported from
 	// (shard.SchemaVersion); shard.OldestSnapshotSchema is the oldest one restored.
@@ -78,19 +85,22 @@ type Manifest struct {
 	BucketMs int64 `json:"bucket_ms"`
 	// PausedQueues are the queues that were paused.
 	PausedQueues []string `json:"paused_queues"`
-	// Jobs and Bytes total the files'.
-	Jobs  int64  `json:"jobs"`
-	Bytes int64  `json:"bytes"`
-	Files []File `json:"files"`
+	// Jobs, Workflows and Bytes total the files'.
+	Jobs      int64  `json:"jobs"`
+	Workflows int64  `json:"workflows,omitempty"`
+	Bytes     int64  `json:"bytes"`
+	Files     []File `json:"files"`
 }
 
 // File describes one shard file of a snapshot.
 type File struct {
-	Shard  int    `json:"shard"`
-	Name   string `json:"name"`   // within the snapshot's folder: shard-0007.ndjson.gz
-	Jobs   int64  `json:"jobs"`   // records (lines) in the file
-	Bytes  int64  `json:"bytes"`  // size of the file as stored (compressed)
-	SHA256 string `json:"sha256"` // of the file as stored, hex
+	Shard int    `json:"shard"`
+	Name  string `json:"name"` // within the snapshot's folder: shard-0007.ndjson.gz
+	Jobs  int64  `json:"jobs"` // jobs in the file: job records, and workflows' nodes
+	// Workflows is how many workflow records (lines) the file holds (format 2).
+	Workflows int64  `json:"workflows,omitempty"`
+	Bytes     int64  `json:"bytes"`  // size of the file as stored (compressed)
+	SHA256    string `json:"sha256"` // of the file as stored, hex
 }
 
 // fileName is the name of shard id's file.
@@ -304,8 +314,8 @@ var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // check reports what makes m an impossible manifest of snapshot id.
 func (m *Manifest) check(id string) error {
 	switch {
-	case m.Format != FormatVersion:
-		return fmt.Errorf("format %d, this tock reads format %d only", m.Format, FormatVersion)
+	case m.Format < OldestFormat || m.Format > FormatVersion:
+		return fmt.Errorf("format %d, this tock reads formats %d to %d", m.Format, OldestFormat, FormatVersion)
 	case m.Schema < shard.OldestSnapshotSchema || m.Schema > shard.SchemaVersion:
 		return fmt.Errorf("data schema v%d, this tock restores v%d to v%d", m.Schema, shard.OldestSnapshotSchema, shard.SchemaVersion)
 	case m.ID != id:
@@ -324,23 +334,29 @@ func (m *Manifest) check(id string) error {
 			return err
 		}
 	}
-	var jobs, bytes int64
+	var jobs, workflows, bytes int64
 	for i, f := range m.Files {
 		switch {
 		case f.Shard != i:
 			return fmt.Errorf("file %d is for shard %d, want %d", i, f.Shard, i)
 		case f.Name != fileName(i):
 			return fmt.Errorf("shard %d: file name %q, want %q", i, f.Name, fileName(i))
-		case f.Jobs < 0 || f.Bytes < 0:
+		case f.Jobs < 0 || f.Bytes < 0 || f.Workflows < 0:
 			return fmt.Errorf("%s: negative count", f.Name)
+		case f.Workflows > 0 && m.Format < 2:
+			return fmt.Errorf("%s: %d workflows in a snapshot of format %d", f.Name, f.Workflows, m.Format)
 		case !sha256RE.MatchString(f.SHA256):
 			return fmt.Errorf("%s: %q is not a hex SHA-256", f.Name, f.SHA256)
 		}
 		jobs += f.Jobs
+		workflows += f.Workflows
 		bytes += f.Bytes
 	}
 	if jobs != m.Jobs || bytes != m.Bytes {
 		return fmt.Errorf("totals %d jobs and %d bytes, its files %d and %d", m.Jobs, m.Bytes, jobs, bytes)
+	}
+	if workflows != m.Workflows {
+		return fmt.Errorf("totals %d workflows, its files %d", m.Workflows, workflows)
 	}
 	return nil
 }

@@ -156,7 +156,7 @@ func TestRestore_RefusesDamagedSnapshots(t *testing.T) {
 				m["jobs"] = cb.m.Jobs + 1
 			})
 		}, func(t *testing.T, cb *corruptBundle) func(error) {
-			return corrupt(t, shard0, "records, the manifest says")
+			return corrupt(t, shard0, "jobs, the manifest says")
 		}},
 		{"FilesSwapped", func(t *testing.T, cb *corruptBundle) {
 			// Intact files of the wrong shards: their records tell.
@@ -187,9 +187,9 @@ func TestRestore_RefusesDamagedSnapshots(t *testing.T) {
 			}
 		}},
 		{"NewerFormat", func(t *testing.T, cb *corruptBundle) {
-			cb.editManifest(t, func(m map[string]any) { m["format"] = 2 })
+			cb.editManifest(t, func(m map[string]any) { m["format"] = 3 })
 		}, func(t *testing.T, cb *corruptBundle) func(error) {
-			return corrupt(t, "manifest.json", "format 2")
+			return corrupt(t, "manifest.json", "format 3")
 		}},
 		{"OtherSchema", func(t *testing.T, cb *corruptBundle) {
 			cb.editManifest(t, func(m map[string]any) { m["schema"] = 9 })

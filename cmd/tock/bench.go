@@ -31,6 +31,7 @@ const benchUsage = `Usage:
   tock bench ingest [--api URL --token T] --jobs N --conns C --batch B --payload 100 [--delay 1h]
                   (without --api: an in-process API server over --redis or the embedded Redis)
   tock bench ui --redis host:port --jobs 1000000 [--samples 20] [--queues 10] [--no-load --namespace NS]
+  tock bench workflow --fan-out 10000 --rounds 5 --chains 100000 [--concurrency C]
 Common flags: --redis host:port[,host:port...] (default: embedded in-memory Redis),
               --shards 64, --namespace NS, --keep, --dispatchers 1, --json,
               --procs N (Go threads running tock's code; default: one fewer than the CPUs
@@ -59,6 +60,10 @@ var benchAbout = map[string]string{
 		"exact id lookup, first page of a filtered list, job, schedules, dead letters, cluster, audit log) " +
 		"and of the API calls behind them, --samples times each after a warm-up; report p50/p99/max ms " +
 		"per page as JSON. --keep and --namespace keep a loaded namespace; --no-load measures it again.",
+	"workflow": "Run --rounds workflows of --fan-out parallel nodes joined by one node, then --chains " +
+		"three-node chain workflows, with Go workers in this process, and report the time from the last " +
+		"parent's ack to the join's claim and start (Redis clock), nodes/s and chains/s, as JSON. " +
+		"--fan-out 0 or --chains 0 skips that part.",
 	"bare": "Run the least a Redis job pipeline can do (ZADD, a Lua promote, a Lua claim, ZREM, no " +
 		"job record) on the same Redis, for comparison, and report jobs/s as JSON.",
 }
@@ -71,7 +76,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		fmt.Fprint(c.out, benchUsage)
 		return flag.ErrHelp
 	case benchAbout[args[0]] == "":
-		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, push, memory, ingest, bare or ui)", args[0])
+		return usageErrorf("tock bench", "bench: unknown scenario %q (want fire, throughput, push, memory, ingest, bare, ui or workflow)", args[0])
 	}
 	scenario, args := args[0], args[1:]
 	out := c.out
@@ -92,6 +97,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		noLoad                     bool
 		httpWorkers, claimMax      int
 		singleAcks                 bool
+		fanOut, rounds, chainCount int
 	)
 	fs.StringVar(&redis, "redis", "", "Redis `address(es)`, comma-separated (env TOCK_REDIS; default: an embedded in-memory Redis)")
 	fs.IntVar(&common.Shards, "shards", shard.DefaultShards, "shards of the bench namespace")
@@ -114,7 +120,7 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 	switch scenario {
 	case "fire":
 		defConc = bench.DefaultFireConcurrency
-	case "throughput":
+	case "throughput", "workflow":
 		defConc = 0
 		concUsage = fmt.Sprintf("worker handler slots (default %d on one Redis server, %d on a Redis Cluster)", bench.DefaultConcurrency, bench.DefaultClusterConcurrency)
 	case "push":
@@ -142,6 +148,11 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		fs.IntVar(&httpWorkers, "http-workers", 0, "workers over the pull protocol (HTTP) instead of the Go worker; 0: the Go worker")
 		fs.IntVar(&claimMax, "claim-max", bench.DefaultClaimMax, "runs an HTTP worker claims per request (with --http-workers)")
 		fs.BoolVar(&singleAcks, "single-acks", false, "HTTP workers ack each run with a request of its own (POST /v1/runs/{run}:ack) instead of a claim's runs in one POST /v1/runs:ack")
+	}
+	if scenario == "workflow" {
+		fs.IntVar(&fanOut, "fan-out", 10000, "parallel nodes of the fan-out workflow, joined by one node (0: no fan-out)")
+		fs.IntVar(&rounds, "rounds", 5, "fan-out workflows run one after the other")
+		fs.IntVar(&chainCount, "chains", 100000, "three-node chain workflows (0: none)")
 	}
 	if scenario == "ingest" {
 		fs.StringVar(&api, "api", "", "base URL of a running API (default: an in-process server on a free loopback port)")
@@ -216,6 +227,14 @@ func runBench(ctx context.Context, args []string, c *cli) error {
 		res, err = bench.Bare(ctx, bench.BareConfig{Common: common, Jobs: jobs, Batch: batch, Streams: concurrency, Payload: payload})
 	case "ui":
 		res, err = bench.UI(ctx, bench.UIConfig{Common: common, Jobs: jobs, Queues: queues, Payload: payload, Samples: samples, NoLoad: noLoad})
+	case "workflow":
+		if chainCount == 0 {
+			chainCount = -1 // none (0 means the default in bench.WorkflowConfig)
+		}
+		if fanOut == 0 && chainCount < 0 {
+			return usageErrorf(fs.Name(), "bench workflow: --fan-out and --chains are both 0: nothing to run")
+		}
+		res, err = bench.Workflow(ctx, bench.WorkflowConfig{Common: common, FanOut: fanOut, Rounds: rounds, Chains: chainCount, Concurrency: concurrency})
 	case "ingest":
 		res, err = bench.Ingest(ctx, bench.IngestConfig{Common: common, API: api, Token: token, Jobs: jobs,
 			Conns: conns, Batch: batch, Payload: payload, Delay: delay})

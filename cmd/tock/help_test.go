@@ -19,7 +19,7 @@ var commandPaths = []string{
 	"workflows resume", "workflows trigger", "workflows delete", "workflows result",
 	"dead ls", "dead requeue", "dead rm", "dead bulk", "cluster", "figures", "audit",
 	"queues", "queues pause", "queues resume",
-	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare", "bench ui",
+	"bench fire", "bench throughput", "bench memory", "bench ingest", "bench bare", "bench ui", "bench workflow",
 	"version",
 }
 
