@@ -36,6 +36,7 @@ var funcs = template.FuncMap{
 	"ms":       fmtMs,
 	"jobURL":   func(id string) string { return Prefix + "/jobs/" + url.PathEscape(id) },
 	"wfURL":    workflowURL,
+	"wfOf":     workflowOf,
 	"join":     strings.Join,
 	"bytes":    fmtBytes,
 	"add":      func(a, b int) int { return a + b },

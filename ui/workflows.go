@@ -236,5 +236,17 @@ func (u *UI) workflowAction(ctx *fasthttp.RequestCtx, v *viewer) {
 	redirect(ctx, workflowURL(id))
 }
 
+// nodeRef names a workflow's node.
+type nodeRef struct{ WF, Node string }
+
+// workflowOf returns the workflow and node of a node's job id; nil for another job.
+func workflowOf(jobID string) *nodeRef {
+	wf, node, ok := job.SplitNodeJobID(jobID)
+	if !ok {
+		return nil
+	}
+	return &nodeRef{WF: wf, Node: node}
+}
+
 // workflowURL is the page of workflow id.
 func workflowURL(id string) string { return Prefix + "/workflows/" + url.PathEscape(id) }

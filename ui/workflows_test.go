@@ -132,6 +132,7 @@ func TestUI_WorkflowPage(t *testing.T) {
 	// A node's job page.
 	p = br.get("/ui/jobs/etl@extract")
 	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `node <b>extract</b> of <a href="/ui/workflows/etl" id="job-workflow">etl</a>`)
 
 	// An instance: its id holds an '@', as sent or encoded; it links to its definition.
 	for _, path := range []string{"/ui/workflows/" + instance, "/ui/workflows/" + strings.ReplaceAll(instance, "@", "%40")} {
