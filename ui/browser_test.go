@@ -386,3 +386,117 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.NotZero(t, fi.Size())
 	}
 }
+
+// The workflow pages in a browser: the graph is drawn, one element per node with its
+// state's class; nodes run to their end through the store and the drawing follows
+// without a reload; Cancel on the page cancels the workflow.
+func TestBrowser_Workflow(t *testing.T) {
+	path := chromium(t)
+	tb := setupMini(t, testTokens, ui.Config{})
+	store, bg := tb.store, context.Background()
+	const wf = "etl-2030-01-01"
+	_, err := store.CreateWorkflow(bg, etlWorkflow(wf))
+	require.NoError(t, err)
+	createWorkflows(t, store) // etl, the definition nightly and an instance of it: the list
+	shots := screenshotDir(t)
+
+	// finish claims the workflow's ready runs and ends those named in outcomes; the
+	// others stay claimed (running).
+	finish := func(outcomes map[string]shard.Outcome) {
+		t.Helper()
+		sh := store.ShardOf(wf)
+		claimed, err := store.Claim(bg, sh, "default", 100, "w1", "n1")
+		require.NoError(t, err)
+		var fs []shard.Finish
+		for _, c := range claimed {
+			w, node, ok := job.SplitNodeJobID(c.JobID)
+			if o, named := outcomes[node]; ok && w == wf && named {
+				f := shard.Finish{Member: c.Member, Token: c.Token, Outcome: o}
+				if o == shard.Failed {
+					f.Error = "node " + node + " says no"
+				} else {
+					f.Result = []byte(`{"rows":1200}`)
+				}
+				fs = append(fs, f)
+			}
+		}
+		require.Len(t, fs, len(outcomes), "the nodes to end were ready")
+		errs, err := store.FinishRuns(bg, sh, fs)
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	run := func(actions ...chromedp.Action) {
+		t.Helper()
+		require.NoError(t, chromedp.Run(ctx, actions...))
+	}
+	// classes returns the class of each drawn node, by node id.
+	classes := func() map[string]string {
+		t.Helper()
+		var m map[string]string
+		run(chromedp.Evaluate(`Object.fromEntries(Array.from(document.querySelectorAll("#wf-graph .node"), n => [n.getAttribute("data-node"), n.getAttribute("class")]))`, &m))
+		return m
+	}
+	// state waits until node's drawing has class state.
+	state := func(node, state string) chromedp.Action {
+		return chromedp.WaitVisible(`#wf-graph .node.`+state+`[data-node="`+node+`"]`, chromedp.ByQuery)
+	}
+
+	run(chromedp.Navigate(tb.base+"/ui/workflows"), chromedp.WaitVisible("#token", chromedp.ByID),
+		chromedp.SendKeys("#token", writeToken, chromedp.ByID), chromedp.Click("#login", chromedp.ByID),
+		chromedp.WaitVisible("#workflows", chromedp.ByID), screenshot(shots, "workflows"))
+	var rows int
+	run(chromedp.Evaluate(`document.querySelectorAll("#workflows tbody tr[data-wf], #wf-defs tbody tr[data-wf]").length`, &rows))
+	require.Equal(t, 4, rows, "etl, "+wf+", the instance and the definition")
+
+	run(chromedp.Click(`#workflows a[href="/ui/workflows/`+wf+`"]`, chromedp.ByQuery), chromedp.WaitVisible("#wf-graph", chromedp.ByID),
+		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), chromedp.Evaluate(`window.__notReloaded = true`, nil))
+	require.Equal(t, map[string]string{"extract": "node ready", "transform": "node waiting", "load": "node waiting",
+		"report": "node waiting", "alert": "node waiting"}, classes())
+	var edges, markers int
+	run(chromedp.Evaluate(`document.querySelectorAll("#wf-graph path.edge[marker-end]").length`, &edges),
+		chromedp.Evaluate(`document.querySelectorAll("#wf-graph marker#arrow").length`, &markers))
+	require.Equal(t, 5, edges)
+	require.Equal(t, 1, markers)
+	// Each node links to its job's page.
+	var href string
+	run(chromedp.AttributeValue(`#wf-graph .node[data-node="load"]`, "href", &href, nil, chromedp.ByQuery))
+	require.Equal(t, "/ui/jobs/"+wf+"@load", href)
+
+	// extract runs to its end: the drawing follows, transform is released.
+	finish(map[string]shard.Outcome{"extract": shard.Succeeded})
+	run(state("extract", "succeeded"), state("transform", "ready"),
+		chromedp.WaitVisible(`#wf-nodes tr[data-node="extract"] .badge.succeeded`, chromedp.ByQuery))
+	finish(map[string]shard.Outcome{"transform": shard.Succeeded})
+	run(state("transform", "succeeded"), state("load", "ready"), state("report", "ready"))
+	// report fails while load runs: alert (one_failed) is released.
+	finish(map[string]shard.Outcome{"report": shard.Failed})
+	run(state("report", "failed"), state("load", "running"), state("alert", "ready"), screenshot(shots, "workflow"))
+	var notReloaded bool
+	run(chromedp.Evaluate(`window.__notReloaded === true`, &notReloaded))
+	require.True(t, notReloaded, "updated in place, without a reload")
+
+	// Cancel from the page: the state becomes cancelled, on the page and in the store.
+	run(noConfirm, chromedp.Click("#act-cancel", chromedp.ByID), chromedp.WaitVisible("#wf-state.cancelled", chromedp.ByQuery),
+		state("alert", "cancelled"), chromedp.WaitVisible("#act-retry", chromedp.ByID))
+	w, err := store.Workflow(bg, wf)
+	require.NoError(t, err)
+	require.Equal(t, job.WorkflowCancelled, w.State)
+	c := classes()
+	require.Equal(t, "node succeeded", c["extract"], "an ended node keeps its end")
+	require.Equal(t, "node failed", c["report"])
+
+	// The definition: its graph without states, its actions.
+	run(chromedp.Navigate(tb.base+"/ui/workflows/nightly"), chromedp.WaitVisible("#wf-graph .node.def", chromedp.ByQuery),
+		chromedp.WaitVisible("#act-trigger", chromedp.ByID), screenshot(shots, "workflow-definition"))
+}

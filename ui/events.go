@@ -119,21 +119,22 @@ func (u *UI) update(ctx context.Context, v *viewer, name, id string, q url.Value
 	return json.Marshal(frags)
 }
 
-// pageOfPath maps a dashboard path (after /ui, as sent) to its page and job id.
+// pageOfPath maps a dashboard path (after /ui, as sent) to its page and the id of its
+// job or workflow.
 func pageOfPath(p string) (name, id string, ok bool) {
 	switch p {
 	case "/":
 		return "overview", "", true
-	case "/jobs", "/dead", "/schedules", "/cluster":
+	case "/jobs", "/dead", "/schedules", "/cluster", "/workflows":
 		return p[1:], "", true
 	}
-	raw, found := strings.CutPrefix(p, "/jobs/")
-	if !found || strings.Contains(raw, "/") {
-		return "", "", false
+	if raw, found := strings.CutPrefix(p, "/jobs/"); found {
+		id, err := pathID(raw, "job", job.MaxIDLen)
+		return "job", id, err == nil
 	}
-	id, err := url.PathUnescape(raw)
-	if err != nil || job.ValidateRef("id", id, job.MaxIDLen) != nil {
-		return "", "", false
+	if raw, found := strings.CutPrefix(p, "/workflows/"); found {
+		id, err := pathID(raw, "workflow", job.MaxWorkflowIDLen)
+		return "workflow", id, err == nil
 	}
-	return "job", id, true
+	return "", "", false
 }

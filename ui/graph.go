@@ -33,6 +33,7 @@ type graphNode struct {
 	JobID     string
 	State     string
 	DependsOn []string
+	Note      string // shown under the id when State is empty (a definition's node: its type)
 }
 
 // drawnNode is a node placed in the drawing.
@@ -41,7 +42,8 @@ type drawnNode struct {
 	ID    string
 	Label string // ID, shortened to fit
 	State string
-	URL   string // its job's page
+	Note  string
+	URL   string // its job's page; "" when it has none (a definition's node)
 }
 
 // graph is a laid-out workflow for the template.
@@ -140,8 +142,11 @@ func layout(nodes []graphNode) *graph {
 		}
 	}
 	for i, n := range nodes {
-		g.Nodes = append(g.Nodes, drawnNode{X: x[i], Y: y[i], ID: n.ID, Label: shorten(n.ID, 18), State: n.State,
-			URL: Prefix + "/jobs/" + url.PathEscape(n.JobID)})
+		dn := drawnNode{X: x[i], Y: y[i], ID: n.ID, Label: shorten(n.ID, 18), State: n.State, Note: shorten(n.Note, 22)}
+		if n.JobID != "" {
+			dn.URL = Prefix + "/jobs/" + url.PathEscape(n.JobID)
+		}
+		g.Nodes = append(g.Nodes, dn)
 		for _, j := range parents(i) {
 			x1, y1 := x[j]+nodeW, y[j]+nodeH/2
 			x2, y2 := x[i], y[i]+nodeH/2

@@ -79,6 +79,8 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 			u.logout(ctx, v)
 		case "/actions/job":
 			u.jobAction(ctx, v)
+		case "/actions/workflow":
+			u.workflowAction(ctx, v)
 		case "/actions/dead":
 			u.deadAction(ctx, v)
 		case "/actions/queue":
@@ -101,17 +103,21 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 	case p == "/jobs":
 		u.jobs(ctx, v)
 	case strings.HasPrefix(p, "/jobs/"):
-		raw := strings.TrimPrefix(p, "/jobs/")
-		id, err := url.PathUnescape(raw)
-		if err != nil || strings.Contains(raw, "/") {
-			u.fail(ctx, fasthttp.StatusBadRequest, "not a job id: "+raw)
-			return
-		}
-		if err := job.ValidateRef("id", id, job.MaxIDLen); err != nil {
+		id, err := pathID(strings.TrimPrefix(p, "/jobs/"), "job", job.MaxIDLen)
+		if err != nil {
 			u.fail(ctx, fasthttp.StatusBadRequest, err.Error())
 			return
 		}
 		u.jobDetail(ctx, v, id)
+	case p == "/workflows":
+		u.workflows(ctx, v)
+	case strings.HasPrefix(p, "/workflows/"):
+		id, err := pathID(strings.TrimPrefix(p, "/workflows/"), "workflow", job.MaxWorkflowIDLen)
+		if err != nil {
+			u.fail(ctx, fasthttp.StatusBadRequest, err.Error())
+			return
+		}
+		u.workflowDetail(ctx, v, id)
 	case p == "/dead":
 		u.dead(ctx, v)
 	case p == "/schedules":
@@ -125,6 +131,20 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 	default:
 		u.fail(ctx, fasthttp.StatusNotFound, "no such page")
 	}
+}
+
+// pathID decodes the id of a job or workflow page: raw is one path segment as sent,
+// percent-decoded once, so that an encoded slash or dot stays inside the id (and fails
+// its validation). A workflow instance's '@' needs no escaping (%40 works too).
+func pathID(raw, kind string, maxLen int) (string, error) {
+	id, err := url.PathUnescape(raw)
+	if err != nil || strings.Contains(raw, "/") {
+		return "", errors.New("not a " + kind + " id: " + raw)
+	}
+	if err := job.ValidateRef("id", id, maxLen); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // staticHandler serves the embedded assets; they change only with the binary.

@@ -27,6 +27,8 @@ var defs = map[string]*pageDef{
 	"schedules": {name: "schedules", title: "Schedules", live: []string{"schedules"}, load: (*UI).loadSchedules},
 	"cluster":   {name: "cluster", title: "Cluster", live: []string{"cluster"}, load: (*UI).loadCluster},
 	"audit":     {name: "audit", title: "Audit log", live: []string{"audit"}, load: (*UI).loadAudit},
+	"workflows": {name: "workflows", title: "Workflows", live: []string{"workflows"}, load: (*UI).loadWorkflows},
+	"workflow":  {name: "workflow", title: "Workflow", live: []string{"workflow", "graph", "nodes"}, load: (*UI).loadWorkflow},
 }
 
 // show loads and renders a page.
@@ -56,6 +58,9 @@ func (u *UI) renderPage(ctx *fasthttp.RequestCtx, name string, p *page) {
 		if j, ok := p.Data.(*jobData); ok {
 			p.Title = "Job " + j.Job.ID
 		}
+	}
+	if w, ok := p.Data.(*workflowData); ok {
+		p.Title = "Workflow " + w.W.ID
 	}
 	u.renderP(ctx, name, p)
 }

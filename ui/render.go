@@ -27,7 +27,7 @@ type page struct {
 }
 
 // pageNames are the templates/<name>.html files, each rendered inside layout.html.
-var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead", "schedules", "cluster", "audit"}
+var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead", "schedules", "cluster", "audit", "workflows", "workflow"}
 
 var funcs = template.FuncMap{
 	"time":     fmtTime,
@@ -35,6 +35,12 @@ var funcs = template.FuncMap{
 	"ago":      ago,
 	"ms":       fmtMs,
 	"jobURL":   func(id string) string { return Prefix + "/jobs/" + url.PathEscape(id) },
+	"wfURL":    workflowURL,
+	"wfOf":     workflowOf,
+	"join":     strings.Join,
+	"bytes":    fmtBytes,
+	"add":      func(a, b int) int { return a + b },
+	"half":     func(a int) int { return a / 2 },
 	"query":    url.QueryEscape,
 	"contains": strings.Contains,
 	"num":      fmtNum,
@@ -118,6 +124,17 @@ func fmtNum(v *float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", *v)
+}
+
+// fmtBytes is a size in B, KiB or MiB.
+func fmtBytes(n int) string {
+	switch {
+	case n < 1024:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 func jsonString(s string) string {

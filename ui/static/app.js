@@ -17,14 +17,15 @@
     }
   });
 
-  // A job's actions without a reload: the form is posted with fetch, and the page's live
+  // A job's or a workflow's actions without a reload: the form is posted with fetch, and the page's live
   // updates show what changed (a delete goes back to the search, as the server's redirect
   // says). Without this script the form posts and the page reloads.
   document.addEventListener("submit", function (e) {
     var form = e.target;
     // getAttribute: the form's controls named "id" and "action" shadow form.id and
     // form.action.
-    if (form.getAttribute("id") !== "job-actions" || !e.submitter || !window.fetch) return;
+    var fid = form.getAttribute("id");
+    if ((fid !== "job-actions" && fid !== "wf-actions") || !e.submitter || !window.fetch) return;
     e.preventDefault();
     var data = new FormData(form);
     data.append(e.submitter.name, e.submitter.value);

@@ -1,0 +1,252 @@
+package ui
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/job"
+)
+
+// The workflow pages: /ui/workflows (the list, and the scheduled definitions) and
+// /ui/workflows/<id> (a workflow, an instance "<def>@<due ms>", or a definition), read
+// through GET /v1/workflows and GET /v1/workflows/{id} and acted on through their
+// :cancel, :retry, :pause, :resume, :trigger and :delete.
+
+// workflowsPage is how many workflows a list page asks for; defsShown how many
+// definitions the unfiltered list shows above it (the rest: state=scheduled).
+const (
+	workflowsPage = 50
+	defsShown     = 20
+)
+
+// workflowStates are the list's state filter: the API's (GET /v1/workflows).
+var workflowStates = []job.WorkflowState{job.WorkflowRunning, job.WorkflowSucceeded, job.WorkflowFailed,
+	job.WorkflowCancelled, job.WorkflowScheduled}
+
+// nodeStates are the node states in the order the counts are shown.
+var nodeStates = []job.NodeState{job.NodeWaiting, job.NodeReady, job.NodeRunning, job.NodeRetrying, job.NodeSucceeded,
+	job.NodeFailed, job.NodeCancelled, job.NodeUpstreamFailed, job.NodeSkipped}
+
+type workflowsData struct {
+	State  string
+	States []job.WorkflowState
+	// Defs are the scheduled definitions: the first ones above the unfiltered list (with
+	// MoreDefs when there are more), or the page of state=scheduled.
+	Defs     []ingest.WorkflowSummary
+	MoreDefs bool
+	// Workflows is a page of workflows and instances (none for state=scheduled).
+	Workflows []ingest.WorkflowSummary
+	Next      string
+	Cursor    string
+}
+
+func (u *UI) loadWorkflows(rc context.Context, c *ingest.Client, q url.Values, _ string) (any, error) {
+	d := &workflowsData{State: q.Get("state"), States: workflowStates, Cursor: q.Get("cursor")}
+	if d.State == string(job.WorkflowScheduled) {
+		l, err := c.ListWorkflows(rc, d.State, workflowsPage, d.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		d.Defs, d.Next = l.Workflows, l.NextCursor
+		return d, nil
+	}
+	if d.State == "" && d.Cursor == "" {
+		l, err := c.ListWorkflows(rc, string(job.WorkflowScheduled), defsShown, "")
+		if err != nil {
+			return nil, err
+		}
+		d.Defs, d.MoreDefs = l.Workflows, l.NextCursor != ""
+	}
+	l, err := c.ListWorkflows(rc, d.State, workflowsPage, d.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	d.Workflows, d.Next = l.Workflows, l.NextCursor
+	return d, nil
+}
+
+// Scheduled reports whether the page lists the definitions only.
+func (d *workflowsData) Scheduled() bool { return d.State == string(job.WorkflowScheduled) }
+
+// NextURL is the URL of the next page.
+func (d *workflowsData) NextURL() string {
+	v := url.Values{"cursor": {d.Next}}
+	if d.State != "" {
+		v.Set("state", d.State)
+	}
+	return Prefix + "/workflows?" + v.Encode()
+}
+
+// stateCount is how many nodes are in a state.
+type stateCount struct {
+	State string
+	N     int
+}
+
+// instanceRow is an instance of a scheduled workflow, from a run of its definition's job.
+type instanceRow struct {
+	ID      string
+	Due     time.Time
+	Outcome string // of the definition job's run that started it
+	State   string // the instance's; "" when none was started (overlap) or it expired
+}
+
+type workflowData struct {
+	W      ingest.Workflow
+	Counts []stateCount
+	// Graph is the drawing; nil when there are more than maxDrawn nodes.
+	Graph    *graph
+	MaxDrawn int
+	// A scheduled workflow's definition: its instances (the newest first) and the
+	// page of its definition job (runs history).
+	Definition bool
+	Instances  []instanceRow
+}
+
+// instancesShown bounds the instances a definition's page looks up (one read each).
+const instancesShown = 10
+
+func (u *UI) loadWorkflow(rc context.Context, c *ingest.Client, _ url.Values, id string) (any, error) {
+	w, err := c.Workflow(rc, id)
+	if err != nil {
+		return nil, err
+	}
+	d := &workflowData{W: w, MaxDrawn: maxDrawn, Definition: w.State == string(job.WorkflowScheduled)}
+	var gn []graphNode
+	if d.Definition {
+		if w.Definition != nil {
+			for _, n := range w.Definition.Jobs {
+				gn = append(gn, graphNode{ID: n.ID, DependsOn: n.DependsOn, Note: nodeKind(n)})
+			}
+		}
+		runs, err := c.Runs(rc, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range runs.Runs {
+			if len(d.Instances) == instancesShown {
+				break
+			}
+			row := instanceRow{ID: id + string(job.NodeSep) + strconv.FormatInt(r.Due.UnixMilli(), 10), Due: r.Due, Outcome: r.Outcome}
+			if iw, err := c.Workflow(rc, row.ID); err == nil {
+				row.State = iw.State
+			} else if !ingest.IsCode(err, ingest.CodeNotFound) {
+				return nil, err
+			}
+			d.Instances = append(d.Instances, row)
+		}
+	} else {
+		for _, n := range w.Nodes {
+			gn = append(gn, graphNode{ID: n.ID, JobID: n.JobID, State: n.State, DependsOn: n.DependsOn})
+		}
+		for _, s := range nodeStates {
+			if n := w.Counts[string(s)]; n > 0 {
+				d.Counts = append(d.Counts, stateCount{State: string(s), N: n})
+			}
+		}
+	}
+	d.Graph = layout(gn)
+	return d, nil
+}
+
+// nodeKind is what a definition's node runs: its type, or its push target's URL host.
+func nodeKind(n ingest.NodeRequest) string {
+	if n.Type != "" {
+		return n.Type
+	}
+	if n.Target != nil {
+		if t, err := url.Parse(n.Target.URL); err == nil && t.Host != "" {
+			return "→ " + t.Host
+		}
+	}
+	return ""
+}
+
+// Ended reports whether the workflow ended (and may be retried).
+func (d *workflowData) Ended() bool {
+	switch job.WorkflowState(d.W.State) {
+	case job.WorkflowFailed, job.WorkflowCancelled, job.WorkflowSucceeded:
+		return true
+	}
+	return false
+}
+
+// Retryable reports whether the workflow failed or was cancelled.
+func (d *workflowData) Retryable() bool {
+	return d.W.State == string(job.WorkflowFailed) || d.W.State == string(job.WorkflowCancelled)
+}
+
+// DefinitionID is the id of the definition an instance was started by ("" for others).
+func (d *workflowData) DefinitionID() string {
+	i := strings.LastIndexByte(d.W.ID, job.NodeSep)
+	if i < 0 {
+		return ""
+	}
+	if _, err := strconv.ParseInt(d.W.ID[i+1:], 10, 64); err != nil {
+		return ""
+	}
+	return d.W.ID[:i]
+}
+
+func (u *UI) workflows(ctx *fasthttp.RequestCtx, v *viewer) { u.show(ctx, v, "workflows", "") }
+func (u *UI) workflowDetail(ctx *fasthttp.RequestCtx, v *viewer, id string) {
+	u.show(ctx, v, "workflow", id)
+}
+
+// workflowAction serves POST /ui/actions/workflow: id, action (cancel, retry; pause,
+// resume, trigger and delete for a scheduled workflow's definition). After a delete it
+// goes back to the definitions: the definition is gone.
+func (u *UI) workflowAction(ctx *fasthttp.RequestCtx, v *viewer) {
+	args := ctx.PostArgs()
+	id, action := string(args.Peek("id")), string(args.Peek("action"))
+	c := u.client(v)
+	rc, cancel := u.rctx(ctx)
+	defer cancel()
+	var err error
+	switch action {
+	case "cancel":
+		_, err = c.CancelWorkflow(rc, id)
+	case "retry":
+		_, err = c.RetryWorkflow(rc, id)
+	case "pause":
+		_, err = c.PauseWorkflow(rc, id)
+	case "resume":
+		_, err = c.ResumeWorkflow(rc, id)
+	case "trigger":
+		_, err = c.TriggerWorkflow(rc, id)
+	case "delete":
+		if _, err = c.DeleteWorkflow(rc, id); err == nil {
+			redirect(ctx, Prefix+"/workflows?state=scheduled")
+			return
+		}
+	default:
+		u.fail(ctx, fasthttp.StatusBadRequest, "unknown workflow action "+jsonString(action))
+		return
+	}
+	if err != nil {
+		u.apiFail(ctx, err)
+		return
+	}
+	redirect(ctx, workflowURL(id))
+}
+
+// nodeRef names a workflow's node.
+type nodeRef struct{ WF, Node string }
+
+// workflowOf returns the workflow and node of a node's job id; nil for another job.
+func workflowOf(jobID string) *nodeRef {
+	wf, node, ok := job.SplitNodeJobID(jobID)
+	if !ok {
+		return nil
+	}
+	return &nodeRef{WF: wf, Node: node}
+}
+
+// workflowURL is the page of workflow id.
+func workflowURL(id string) string { return Prefix + "/workflows/" + url.PathEscape(id) }

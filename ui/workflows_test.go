@@ -1,0 +1,271 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/ui"
+)
+
+// wfNode is a node of a test workflow: type t, one attempt.
+func wfNode(id string, rule job.Rule, deps ...string) job.Node {
+	return job.Node{Job: job.Job{ID: id, Type: "etl." + id, Retry: job.RetryPolicy{MaxAttempts: 1}}, DependsOn: deps, Rule: rule}
+}
+
+// etlWorkflow is the workflow of docs/workflows.md: extract, transform, then load and
+// report side by side, and alert if anything failed.
+func etlWorkflow(id string) *job.Workflow {
+	return &job.Workflow{ID: id, Jobs: []job.Node{
+		wfNode("extract", ""), wfNode("transform", "", "extract"), wfNode("load", "", "transform"),
+		wfNode("report", "", "transform"), wfNode("alert", job.RuleOneFailed, "load", "report"),
+	}}
+}
+
+// createWorkflows creates etl (running), the scheduled definition nightly, and its
+// instance nightly@<due ms>, whose id it returns.
+func createWorkflows(t *testing.T, store *shard.Store) (instance string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := store.CreateWorkflow(ctx, etlWorkflow("etl"))
+	require.NoError(t, err)
+	def := &job.Workflow{ID: "nightly", Schedule: &job.Schedule{Cron: "0 3 * * *", TimeZone: "Europe/Berlin"}, Overlap: job.OverlapAllow,
+		Jobs: []job.Node{wfNode("extract", ""), wfNode("load", "", "extract")}}
+	_, err = store.CreateWorkflow(ctx, def)
+	require.NoError(t, err)
+	info, err := store.Get(ctx, "nightly")
+	require.NoError(t, err)
+	due := time.UnixMilli(1893466800000)
+	res, err := store.StartInstance(ctx, "nightly", due, info.Payload)
+	require.NoError(t, err)
+	require.Equal(t, "nightly@1893466800000", res.ID)
+	return res.ID
+}
+
+var svgNode = regexp.MustCompile(`<a class="node ([a-z_]+)" href="([^"]+)" data-node="([^"]+)">`)
+
+// drawn returns the drawn nodes of a workflow page: node id → state class, and their links.
+func drawn(body string) (states, links map[string]string) {
+	states, links = map[string]string{}, map[string]string{}
+	for _, m := range svgNode.FindAllStringSubmatch(body, -1) {
+		states[m[3]], links[m[3]] = m[1], m[2]
+	}
+	return states, links
+}
+
+func TestUI_WorkflowList(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	instance := createWorkflows(t, tb.store)
+	br := tb.browser()
+	br.login(readToken)
+
+	p := br.get("/ui/workflows")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `<a href="/ui/workflows" class="on">Workflows</a>`)
+	// The definitions first, with their schedule and next run.
+	require.Contains(t, p.body, `<table id="wf-defs">`)
+	require.Contains(t, p.body, `<a href="/ui/workflows/nightly">nightly</a>`)
+	require.Contains(t, p.body, `<code>0 3 * * *</code> Europe/Berlin`)
+	// Then the workflows and instances, with state and counts.
+	require.Contains(t, p.body, `<tr data-wf="etl"><td><a href="/ui/workflows/etl">etl</a></td><td><span class="badge running">running</span></td>`+"\n"+`<td class="n">5</td><td class="n">5</td>`)
+	require.Contains(t, p.body, `<a href="/ui/workflows/`+instance+`">`+instance+`</a>`)
+	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fworkflows"`)
+
+	p = br.get("/ui/workflows?state=scheduled")
+	require.Equal(t, 200, p.status)
+	require.Contains(t, p.body, `href="/ui/workflows/nightly"`)
+	require.NotContains(t, p.body, `href="/ui/workflows/etl"`)
+	require.NotContains(t, p.body, `id="workflows"`)
+
+	p = br.get("/ui/workflows?state=failed")
+	require.Equal(t, 200, p.status)
+	require.NotContains(t, p.body, `href="/ui/workflows/etl"`)
+	require.NotContains(t, p.body, `id="wf-defs"`)
+	require.Contains(t, p.body, "No workflows failed.")
+
+	p = br.get("/ui/workflows?state=sleepy")
+	require.Equal(t, http.StatusBadRequest, p.status)
+	require.Contains(t, p.body, "must be running, succeeded, failed, cancelled or scheduled")
+
+	// The live fragment of the list.
+	p = br.get("/ui/events?once=1&page=%2Fui%2Fworkflows")
+	require.Equal(t, 200, p.status, p.body)
+	var frags map[string]string
+	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	require.Contains(t, frags["workflows"], `href="/ui/workflows/etl"`)
+}
+
+func TestUI_WorkflowPage(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	instance := createWorkflows(t, tb.store)
+	br := tb.browser()
+	br.login(writeToken)
+
+	p := br.get("/ui/workflows/etl")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `<title>Workflow etl · tock</title>`)
+	require.Contains(t, p.body, `<span class="badge running" id="wf-state">running</span>`)
+	require.Contains(t, p.body, `<svg id="wf-graph"`)
+	states, links := drawn(p.body)
+	require.Equal(t, map[string]string{"extract": "ready", "transform": "waiting", "load": "waiting", "report": "waiting", "alert": "waiting"}, states)
+	require.Equal(t, "/ui/jobs/etl@extract", links["extract"])
+	require.Equal(t, 5, strings.Count(p.body, `marker-end="url(#arrow)"`), "one edge per dependency")
+	require.Contains(t, p.body, `<tr data-node="alert"><td><a href="/ui/jobs/etl@alert">alert</a></td><td><span class="badge waiting">waiting</span></td><td>one_failed</td>`+"\n"+`<td>load, report</td>`)
+	require.Contains(t, p.body, `<span class="badge ready">1 ready</span>`)
+	require.Contains(t, p.body, `<span class="badge waiting">4 waiting</span>`)
+	require.Contains(t, p.body, `id="act-cancel"`)
+	require.NotContains(t, p.body, `id="act-retry"`)
+	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fworkflows%2Fetl"`)
+	// A node's job page.
+	p = br.get("/ui/jobs/etl@extract")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `node <b>extract</b> of <a href="/ui/workflows/etl" id="job-workflow">etl</a>`)
+
+	// An instance: its id holds an '@', as sent or encoded; it links to its definition.
+	for _, path := range []string{"/ui/workflows/" + instance, "/ui/workflows/" + strings.ReplaceAll(instance, "@", "%40")} {
+		p = br.get(path)
+		require.Equal(t, 200, p.status, path)
+		require.Contains(t, p.body, `<code id="wf-id">`+instance+`</code>`)
+		require.Contains(t, p.body, `<tr><th>Started by</th><td><a href="/ui/workflows/nightly">nightly</a></td></tr>`)
+		states, links = drawn(p.body)
+		require.Equal(t, map[string]string{"extract": "ready", "load": "waiting"}, states)
+		require.Equal(t, "/ui/jobs/"+instance+"@load", links["load"])
+	}
+
+	// The definition: schedule, its graph (types, no states), actions of a definition.
+	p = br.get("/ui/workflows/nightly")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `Scheduled workflow <code id="wf-id">nightly</code>`)
+	require.Contains(t, p.body, `cron <code>0 3 * * *</code> in Europe/Berlin`)
+	require.Contains(t, p.body, `<g class="node def" data-node="load">`)
+	require.Contains(t, p.body, `>etl.load</text>`)
+	for _, id := range []string{"act-pause", "act-trigger", "act-cancel", "act-delete"} {
+		require.Contains(t, p.body, `id="`+id+`"`)
+	}
+	require.Contains(t, p.body, `<table id="wf-instances">`)
+
+	// Ids that are no workflow's: 400, never another page; an unknown one: 404.
+	for _, path := range []string{"/ui/workflows/..", "/ui/workflows/%2E%2E", "/ui/workflows/x%2F..%2Fx", "/ui/workflows/x%3Acancel",
+		"/ui/workflows/a@@b", "/ui/workflows/@a", "/ui/workflows/etl/nodes", "/ui/workflows/" + strings.Repeat("x", job.MaxWorkflowIDLen+1),
+		"/ui/events?page=%2Fui%2Fworkflows%2F..%2Fx"} {
+		require.Equal(t, http.StatusBadRequest, br.get(path).status, path)
+	}
+	p = br.get("/ui/workflows/nope")
+	require.Equal(t, http.StatusNotFound, p.status)
+	require.Contains(t, p.body, `workflow &#34;nope&#34; not found`)
+
+	// Live fragments: the state, the drawing, the nodes.
+	p = br.get("/ui/events?once=1&page=" + url.QueryEscape("/ui/workflows/"+instance))
+	require.Equal(t, 200, p.status, p.body)
+	var frags map[string]string
+	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	require.Contains(t, frags["graph"], `data-node="load"`)
+	require.Contains(t, frags["workflow"], `id="wf-state"`)
+	require.Contains(t, frags["nodes"], `id="wf-nodes"`)
+
+	// Cancel, then retry.
+	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"cancel"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/workflows/etl", p.header.Get("Location"))
+	w, err := tb.store.Workflow(ctx, "etl")
+	require.NoError(t, err)
+	require.Equal(t, job.WorkflowCancelled, w.State)
+	p = br.get("/ui/workflows/etl")
+	require.Contains(t, p.body, `id="act-retry"`)
+	require.NotContains(t, p.body, `id="act-cancel"`)
+	states, _ = drawn(p.body)
+	require.Equal(t, "cancelled", states["alert"])
+	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"retry"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	w, err = tb.store.Workflow(ctx, "etl")
+	require.NoError(t, err)
+	require.Equal(t, job.WorkflowRunning, w.State)
+
+	// A definition: pause, resume, trigger (an instance's run), delete.
+	for _, a := range []string{"pause", "resume", "trigger"} {
+		p = br.post("/ui/actions/workflow", url.Values{"id": {"nightly"}, "action": {a}})
+		require.Equal(t, http.StatusSeeOther, p.status, a+": "+p.body)
+		require.Equal(t, "/ui/workflows/nightly", p.header.Get("Location"))
+	}
+	// The workflow starter (worker.Worker.HandleWorkflows) runs the triggered run: the
+	// instance it starts is listed, with its state.
+	sh := tb.store.ShardOf("nightly")
+	claimed, err := tb.store.Claim(ctx, sh, job.WorkflowQueue, 10, "w1", "n1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	started, err := tb.store.StartInstance(ctx, "nightly", claimed[0].Due, claimed[0].Payload)
+	require.NoError(t, err)
+	errs, err := tb.store.FinishRuns(ctx, sh, []shard.Finish{{Member: claimed[0].Member, Token: claimed[0].Token, Outcome: shard.Succeeded}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	p = br.get("/ui/workflows/nightly")
+	require.Contains(t, p.body, `id="act-pause"`)
+	require.Contains(t, p.body, `<tr><td><a href="/ui/workflows/`+started.ID+`">`+started.ID+`</a></td>`)
+	require.Contains(t, p.body, `<span class="badge succeeded">succeeded</span></td>`+"\n"+`<td><span class="badge running">running</span>`)
+	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"pause"}})
+	require.Equal(t, http.StatusNotFound, p.status, "pause is a definition's")
+	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"explode"}})
+	require.Equal(t, http.StatusBadRequest, p.status)
+	p = br.post("/ui/actions/workflow", url.Values{"id": {"nightly"}, "action": {"delete"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/workflows?state=scheduled", p.header.Get("Location"))
+	require.Equal(t, http.StatusNotFound, br.get("/ui/workflows/nightly").status)
+}
+
+// A read session sees the pages without their buttons, and its actions are refused by
+// the API (403), the workflow unchanged.
+func TestUI_WorkflowReadOnly(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	createWorkflows(t, tb.store)
+	br := tb.browser()
+	br.login(readToken)
+	for _, path := range []string{"/ui/workflows/etl", "/ui/workflows/nightly"} {
+		p := br.get(path)
+		require.Equal(t, 200, p.status, path)
+		require.NotContains(t, p.body, `id="wf-actions"`, path)
+		require.NotContains(t, p.body, `name="action"`, path)
+	}
+	for _, f := range []url.Values{{"id": {"etl"}, "action": {"cancel"}}, {"id": {"nightly"}, "action": {"pause"}}} {
+		p := br.post("/ui/actions/workflow", f)
+		require.Equal(t, http.StatusForbidden, p.status, p.body)
+	}
+	w, err := tb.store.Workflow(ctx, "etl")
+	require.NoError(t, err)
+	require.Equal(t, job.WorkflowRunning, w.State)
+	info, err := tb.store.Get(ctx, "nightly")
+	require.NoError(t, err)
+	require.Equal(t, job.StateScheduled, info.State)
+}
+
+// More nodes than are drawn: no drawing, the counts per state instead.
+func TestUI_WorkflowTooLargeToDraw(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	wf := &job.Workflow{ID: "wide"}
+	for i := range 401 {
+		wf.Jobs = append(wf.Jobs, wfNode("n"+strconv.Itoa(i), ""))
+	}
+	wf.Jobs = append(wf.Jobs, wfNode("join", job.RuleAllDone, "n0", "n1"))
+	_, err := tb.store.CreateWorkflow(context.Background(), wf)
+	require.NoError(t, err)
+	p := tb.browser().get("/ui/workflows/wide")
+	require.Equal(t, 200, p.status)
+	require.NotContains(t, p.body, "<svg")
+	require.Contains(t, p.body, `402 nodes: not drawn (more than 400). By state: <span class="badge waiting">1 waiting</span> <span class="badge ready">401 ready</span>`)
+	require.Contains(t, p.body, `<tr data-node="n400">`)
+}
