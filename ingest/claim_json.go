@@ -27,6 +27,7 @@ type pulledRun struct {
 	workflow, node string
 	parents        []parentResult
 	omitted        []string
+	parentsErr     string
 }
 
 type parentResult struct {
@@ -447,6 +448,10 @@ func appendWorkflow(b []byte, r *pulledRun) []byte {
 			b = appendJSONString(b, n)
 		}
 		b = append(b, ']')
+	}
+	if r.parentsErr != "" {
+		b = append(b, `,"parents_error":`...)
+		b = appendJSONString(b, r.parentsErr)
 	}
 	return append(b, '}')
 }

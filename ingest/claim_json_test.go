@@ -69,6 +69,7 @@ func TestAppendClaimReply(t *testing.T) {
 		},
 		func(r *pulledRun) { r.omitted = []string{"big", "é "} },
 		func(r *pulledRun) { r.parents, r.omitted = []parentResult{{node: "x", result: []byte(`"s"`)}}, []string{"y"} },
+		func(r *pulledRun) { r.parentsErr = "not \"read\"" },
 	} {
 		r := pulledRun{c: base, queue: "q", workflow: "wf@1764000000000", node: "join"}
 		mod(&r)

@@ -727,6 +727,7 @@ func (s *Server) storeAPIError(ctx context.Context, what string, err error) *api
 	var fe *job.FieldError
 	var re *shard.ReplicationError
 	var ne *shard.NodeError
+	var we *shard.WorkflowError
 	switch {
 	case errors.Is(err, shard.ErrNotFound), errors.Is(err, shard.ErrWorkflowNotFound):
 		return &apiError{status: 404, code: CodeNotFound, msg: what + " not found"}
@@ -735,6 +736,8 @@ func (s *Server) storeAPIError(ctx context.Context, what string, err error) *api
 	case errors.As(err, &ne):
 		// Only its workflow decides when a node's job runs.
 		return &apiError{status: 409, code: CodeState, msg: ne.Error()}
+	case errors.As(err, &we):
+		return &apiError{status: 409, code: CodeState, msg: we.Error()}
 	case errors.As(err, &fe):
 		return invalid(fe.Field, fe.Msg)
 	case errors.As(err, &re):

@@ -363,11 +363,12 @@ func (r *pulledRun) wireWorkflow(w *ClaimedRun) {
 		w.Parents = append(w.Parents, ParentResult{Node: p.node, Result: res, ResultBase64: b64})
 	}
 	w.ParentsOmitted = r.omitted
+	w.ParentsError = r.parentsErr
 }
 
 // addParents reads the parents' results of the runs of workflow nodes among runs
 // (MaxParentResults bytes per run at most, the smaller results first). A read that
-// fails leaves the run without them, named in ParentsOmitted: the run is claimed
+// fails leaves the run without them, saying so in ParentsError: the run is claimed
 // already, and its worker can read them by the result endpoint.
 func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 	for i := range runs {
@@ -382,6 +383,7 @@ func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 		cancel()
 		if err != nil {
 			s.log.WarnContext(ctx, "claim: parents' results not read", "run", r.c.Member, "error", err)
+			r.parentsErr = "the parents' results could not be read with the claim; read them with GET /v1/workflows/{id}/nodes/{node}/result"
 			continue
 		}
 		names := make([]string, 0, len(res))

@@ -55,6 +55,9 @@ type ClaimedRun struct {
 	// /v1/workflows/{id}/nodes/{node}/result reads them).
 	Parents        []ParentResult `json:"parents,omitempty"`
 	ParentsOmitted []string       `json:"parents_omitted,omitempty"`
+	// ParentsError says that the parents' results could not be read with the claim
+	// (Parents is then empty): read them by the result endpoint.
+	ParentsError string `json:"parents_error,omitempty"`
 }
 
 // MaxParentResults bounds the bytes of parents' results one claimed run carries.

@@ -461,10 +461,6 @@ func (s *Server) retryWorkflow(ctx *fasthttp.RequestCtx, id string) {
 		}
 	}
 	if err != nil {
-		if msg, ok := expiredNode(err); ok {
-			writeError(ctx, &apiError{status: 409, code: CodeState, msg: msg})
-			return
-		}
 		s.storeError(ctx, workflowWhat(id), err)
 		return
 	}
@@ -472,16 +468,6 @@ func (s *Server) retryWorkflow(ctx *fasthttp.RequestCtx, id string) {
 		m.WorkflowRetried()
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &StateReply{ID: id, State: string(state), Changed: changed})
-}
-
-// expiredNode recognises the error of a retry whose node's job has expired: the store
-// has no sentinel for it, and it is the client's to know, not an internal error.
-func expiredNode(err error) (string, bool) {
-	msg := err.Error()
-	if strings.HasPrefix(msg, "retry workflow ") && strings.Contains(msg, " has expired (kept for ") {
-		return msg, true
-	}
-	return "", false
 }
 
 // definitionAction runs op on scheduled workflow id's definition job; a 404 when id

@@ -14,9 +14,13 @@
 -- Derived keys: P..'wf:'..id, P..'wfd:'..def, P..'job:'..id..'@'..node, and those of
 --               cancel_job
 --
--- Returns: { code, state, running }
+-- A cancelled scheduled instance leaves its definition's running set: the buffered
+-- instance, if any, starts (its roots' runs are made ready).
+--
+-- Returns: { code, state, running, queues }
 --   code 1 cancelled now, 0 it had ended (state says how), -1 no such workflow
 --   running  members of runs that were running and must be interrupted
+--   queues   queues that received ready runs (a buffered instance that started)
 --- @include "cancel"
 --- @include "workflow"
 
@@ -30,13 +34,15 @@ local retention = tonumber(ARGV[5])
 local wk = P .. 'wf:' .. wf
 local w = redis.call('HMGET', wk, 'st', 'nodes')
 if not w[1] then
-  return { -1, '', {} }
+  return { -1, '', {}, {} }
 end
 if w[1] ~= 'running' then
-  return { 0, w[1], {} }
+  return { 0, w[1], {}, {} }
 end
 local now, _, nowStr = now_ms()
 redis.call('HSET', wk, 'st', 'cancelled')
+-- A held instance cancelled before it started is held no more.
+redis.call('HDEL', wk, 'hold')
 local running = {}
 local ended = 0
 for node in string.gmatch(w[2] or '', '[^,]+') do
@@ -60,5 +66,6 @@ end
 redis.call('HINCRBY', wk, 'bad', ended)
 redis.call('HSET', wk, 'left', 0)
 wf_finished(P, wk, wf, now, nowStr, retention)
+local readied = flush_ready(P)
 flush_stats(P)
-return { 1, 'cancelled', running }
+return { 1, 'cancelled', running, readied }

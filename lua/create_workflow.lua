@@ -96,6 +96,10 @@ redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', 
 if hold then
   redis.call('HSET', wk, 'hold', '1')
 end
+if def ~= '' then
+  -- A retry checks it against the definition's other instances (retry_workflow).
+  redis.call('HSET', wk, 'ov', overlap)
+end
 local readied = flush_ready(P)
 flush_stats(P)
 return { 1, 'running', dh, readied }

@@ -18,7 +18,9 @@
 -- Returns: { code, state, queues }
 --   code 1 retried (state 'running'), 0 nothing to retry (state says why: running or
 --   succeeded), -1 no such workflow, -5 a node's job has expired (retention): node id in
---   state
+--   state, -6 a scheduled instance whose definition runs or buffers another instance
+--   while its overlap policy ('ov', skip or buffer_one) does not allow a second: the
+--   other instances (",i1,i2,") in state
 --   queues queues that received ready runs
 --- @include "workflow"
 
@@ -35,6 +37,21 @@ if not w[1] then
 end
 if w[1] ~= 'failed' and w[1] ~= 'cancelled' then
   return { 0, w[1], {} }
+end
+-- A scheduled instance obeys its definition's overlap policy against the others: a
+-- retry does not start it beside a running or buffered one (unless overlap allow).
+local def = string.match(wf, '^([^@]+)@')
+local dk
+if def then
+  dk = P .. 'wfd:' .. def
+  local d = redis.call('HMGET', dk, 'act', 'bf')
+  local others = rl_del(d[1] or ',', wf)
+  if d[2] and d[2] ~= '' and d[2] ~= wf then
+    others = rl_add(others, d[2])
+  end
+  if runs_active(others) and (redis.call('HGET', wk, 'ov') or 'allow') ~= 'allow' then
+    return { -6, others, {} }
+  end
 end
 local now, _, nowStr = now_ms()
 local reset, nodes, states = {}, {}, {}
@@ -84,10 +101,8 @@ for _, node in ipairs(reset) do
 end
 redis.call('PERSIST', wk)
 redis.call('HSET', wk, 'st', 'running', 'left', #reset, 'bad', 0)
-redis.call('HDEL', wk, 'en')
-local def = string.match(wf, '^([^@]+)@')
+redis.call('HDEL', wk, 'en', 'hold')
 if def then
-  local dk = P .. 'wfd:' .. def
   redis.call('HSET', dk, 'act', rl_add(rl_del(redis.call('HGET', dk, 'act') or ',', wf), wf))
 end
 -- Parents before children (the submission order), so that a node that ends at once

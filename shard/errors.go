@@ -57,6 +57,17 @@ func (e *ConfigMismatchError) Error() string {
 		e.Namespace, e.Setting, e.Stored, e.Setting, e.Given)
 }
 
+// WorkflowError refuses an operation that a workflow's state does not allow, saying why.
+type WorkflowError struct {
+	Op       string
+	Workflow string
+	Reason   string
+}
+
+func (e *WorkflowError) Error() string {
+	return fmt.Sprintf("%s workflow %q: %s", e.Op, e.Workflow, e.Reason)
+}
+
 // NodeError refuses an operation on a workflow node's job that only its workflow may do
 // (pause, resume, trigger, update, delete): the workflow decides when a node runs.
 type NodeError struct {

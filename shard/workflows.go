@@ -183,8 +183,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, wf string) (state job.Workfl
 		strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)}
 	r, replErr := s.exec1Replicated(ctx, call{s.scripts.CancelWorkflow, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args})
 	reply, err := r.ToArray()
-	if err == nil && len(reply) != 3 {
-		err = fmt.Errorf("reply of %d values, want 3", len(reply))
+	if err == nil && len(reply) != 4 {
+		err = fmt.Errorf("reply of %d values, want 4", len(reply))
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("cancel workflow %q: %w", wf, err)
@@ -192,7 +192,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, wf string) (state job.Workfl
 	if i64(reply[0]) == -1 {
 		return "", false, ErrWorkflowNotFound
 	}
-	s.publish(ctx, s.cancelSignals(nil, id, strs(reply[2])))
+	// A scheduled instance's buffered successor may have started.
+	s.publish(ctx, s.readySignals(s.cancelSignals(nil, id, strs(reply[2])), id, strs(reply[3])))
 	if replErr != nil {
 		return "", false, fmt.Errorf("cancel workflow %q: %w", wf, replErr)
 	}
@@ -221,7 +222,12 @@ func (s *Store) RetryWorkflow(ctx context.Context, wf string) (state job.Workflo
 	case -1:
 		return "", false, ErrWorkflowNotFound
 	case -5:
-		return "", false, fmt.Errorf("retry workflow %q: the job of node %q has expired (kept for %s after it ended)", wf, str(reply[1]), s.cfg.Retention)
+		return "", false, &WorkflowError{Op: "retry", Workflow: wf,
+			Reason: fmt.Sprintf("the job of node %q has expired (kept for %s after it ended)", str(reply[1]), s.cfg.Retention)}
+	case -6:
+		others := strings.Trim(str(reply[1]), ",")
+		return "", false, &WorkflowError{Op: "retry", Workflow: wf,
+			Reason: fmt.Sprintf("its definition's overlap policy allows no second instance while %s runs or waits; retry it when that one ends", strings.ReplaceAll(others, ",", ", "))}
 	}
 	s.publish(ctx, s.readySignals(nil, id, strs(reply[2])))
 	if replErr != nil {

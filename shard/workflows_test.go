@@ -597,3 +597,114 @@ func TestWorkflow_ScheduledInstanceKeepsRetryPolicy(t *testing.T) {
 		require.Equal(t, -1.0, a.Retry.Jitter)
 	})
 }
+
+// reviewDef creates a scheduled workflow def (a, b after a) with the overlap policy and
+// returns its definition payload.
+func reviewDef(t *testing.T, s *shard.Store, def string, overlap job.Overlap) []byte {
+	t.Helper()
+	ctx := context.Background()
+	_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: def, Jobs: []job.Node{node("a"), node("b", "a")},
+		Schedule: &job.Schedule{Cron: "0 3 * * *"}, Overlap: overlap})
+	require.NoError(t, err)
+	info, err := s.Get(ctx, def)
+	require.NoError(t, err)
+	return info.Payload
+}
+
+// Cancelling the running instance of a buffer_one definition starts the buffered one
+// (docs/workflows.md: "it starts when the running one ends"): its root must get a run a
+// worker can claim. cancel_workflow.lua releases the held instance's roots through
+// wf_finished → wf_hold_release → wf_release → new_run, which only collects the ready
+// run (add_ready); the script never calls flush_ready, so the run is never written.
+func TestWorkflow_CancelRunningInstanceStartsBufferedOne(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		payload := reviewDef(t, s, "buf", job.OverlapBufferOne)
+		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+		first, err := s.StartInstance(ctx, "buf", t0, payload)
+		require.NoError(t, err)
+		require.True(t, first.Created)
+		second, err := s.StartInstance(ctx, "buf", t0.Add(24*time.Hour), payload)
+		require.NoError(t, err)
+		require.True(t, second.Held)
+		// The first instance's root run is claimed, so that the only ready run afterwards
+		// can be the second instance's.
+		runs, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, runs, 1)
+		require.Equal(t, first.ID+"@a", runs[0].JobID)
+
+		_, changed, err := s.CancelWorkflow(ctx, first.ID)
+		require.NoError(t, err)
+		require.True(t, changed)
+
+		w, err := s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.False(t, w.Held, "the buffered instance started")
+		require.Equal(t, job.NodeReady, nodeStates(w)["a"])
+		runs, err = s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, runs, 1, "the started instance's root has a run to claim")
+		require.Equal(t, second.ID+"@a", runs[0].JobID)
+	})
+}
+
+// A buffered instance cancelled before it started is held no more; a retry of it while
+// its definition's other instance runs is refused (overlap buffer_one allows no second
+// one beside it: the retry would start it), and allowed once that one ended, starting it
+// unheld. Overlap allow lets a retry run beside the other.
+func TestWorkflow_RetryInstanceObeysOverlap(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		payload := reviewDef(t, s, "buf2", job.OverlapBufferOne)
+		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+		first, err := s.StartInstance(ctx, "buf2", t0, payload)
+		require.NoError(t, err)
+		second, err := s.StartInstance(ctx, "buf2", t0.Add(24*time.Hour), payload)
+		require.NoError(t, err)
+		require.True(t, second.Held)
+		_, changed, err := s.CancelWorkflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.True(t, changed)
+		w, err := s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.False(t, w.Held, "a cancelled instance is held no more")
+
+		_, _, err = s.RetryWorkflow(ctx, second.ID)
+		var we *shard.WorkflowError
+		require.ErrorAs(t, err, &we)
+		require.Contains(t, we.Error(), first.ID)
+		w, err = s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowCancelled, w.State, "the refused retry changed nothing")
+
+		r := &wfRunner{t: t, s: s, wf: first.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		_, changed, err = s.RetryWorkflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.True(t, changed)
+		w, err = s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.False(t, w.Held)
+		require.Equal(t, job.NodeReady, nodeStates(w)["a"])
+		r = &wfRunner{t: t, s: s, wf: second.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+
+		// Overlap allow: a retry runs beside a running instance.
+		payload = reviewDef(t, s, "all", job.OverlapAllow)
+		one, err := s.StartInstance(ctx, "all", t0, payload)
+		require.NoError(t, err)
+		two, err := s.StartInstance(ctx, "all", t0.Add(time.Hour), payload)
+		require.NoError(t, err)
+		_, _, err = s.CancelWorkflow(ctx, two.ID)
+		require.NoError(t, err)
+		_, changed, err = s.RetryWorkflow(ctx, two.ID)
+		require.NoError(t, err)
+		require.True(t, changed)
+		w, err = s.Workflow(ctx, one.ID)
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowRunning, w.State)
+	})
+}

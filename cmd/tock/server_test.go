@@ -101,7 +101,7 @@ func TestServer_RunsTheAPIAndADispatcher(t *testing.T) {
 			require.NotNil(t, m, s.logs.String())
 			require.Contains(t, httpGet(t, m[1]), "tock_runs_fired_total{shard=")
 
-			require.Equal(t, []string{"ingest", "dispatcher", "snapshots", "metrics", "redis"}, s.stop(t))
+			require.Equal(t, []string{"ingest", "dispatcher", "workers", "snapshots", "metrics", "redis"}, s.stop(t))
 			require.Contains(t, s.logs.String(), "tock server shutting down")
 		})
 	}
@@ -131,7 +131,7 @@ func TestIngestAndDispatcher(t *testing.T) {
 			createAndAwaitReady(t, env, "soon", "200ms")
 
 			require.Equal(t, []string{"ingest", "redis"}, api.stop(t))
-			require.Equal(t, []string{"dispatcher", "metrics", "redis"}, d.stop(t))
+			require.Equal(t, []string{"dispatcher", "workers", "metrics", "redis"}, d.stop(t))
 			require.Contains(t, d.logs.String(), "tock dispatcher shutting down")
 		})
 	}

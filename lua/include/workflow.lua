@@ -11,6 +11,7 @@
 --     'n'      nodes;  'left' nodes not ended;  'bad' nodes failed, cancelled or
 --              upstream_failed
 --     'nodes'  the node ids in submission order, comma separated
+--     'ov'     a scheduled instance's overlap policy (retry_workflow checks it)
 --     'hold'   '1' while a buffered instance waits for its definition's active one
 --              (overlap buffer_one): its roots are released when that one ends
 --     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
