@@ -68,7 +68,9 @@ func TestAppendClaimReply(t *testing.T) {
 			r.parents = []parentResult{{node: "a", result: []byte(`{"n":1}`)}, {node: "b\\", result: []byte{0, 0xff}}, {node: "c"}}
 		},
 		func(r *pulledRun) { r.omitted = []string{"big", "é "} },
-		func(r *pulledRun) { r.parents, r.omitted = []parentResult{{node: "x", result: []byte(`"s"`)}}, []string{"y"} },
+		func(r *pulledRun) {
+			r.parents, r.omitted = []parentResult{{node: "x", result: []byte(`"s"`)}}, []string{"y"}
+		},
 		func(r *pulledRun) { r.parentsErr = "not \"read\"" },
 	} {
 		r := pulledRun{c: base, queue: "q", workflow: "wf@1764000000000", node: "join"}
