@@ -343,7 +343,7 @@ func TestRuns_BatchScopesAndLimits(t *testing.T) {
 		require.Contains(t, e.Message, "at most 1000")
 		tb.do("POST", path, []byte(`{"runs":[]}`), auth(pullWorker)...).requireError(t, 400, ingest.CodeInvalid, "runs")
 		tb.do("POST", path, []byte(`{}`), auth(pullWorker)...).requireError(t, 400, ingest.CodeInvalid, "runs")
-		tb.do("POST", path, []byte(`{"runs":[{"run":"a:1","token":"t","tokn":1}]}`), auth(pullWorker)...).requireError(t, 400, ingest.CodeInvalid, "runs.tokn")
+		tb.do("POST", path, []byte(`{"runs":[{"run":"a:1","token":"t","tokn":1}]}`), auth(pullWorker)...).requireError(t, 400, ingest.CodeInvalid, "runs[0].tokn")
 		tb.do("POST", path, []byte(`{"runs":{}}`), auth(pullWorker)...).requireError(t, 400, ingest.CodeInvalid, "runs")
 		tb.do("POST", path, []byte(`{"runs":[`), auth(pullWorker)...).requireError(t, 400, ingest.CodeInvalid, "")
 	}
