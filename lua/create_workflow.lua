@@ -100,6 +100,7 @@ if def ~= '' then
   -- A retry checks it against the definition's other instances (retry_workflow).
   redis.call('HSET', wk, 'ov', overlap)
 end
+stat('w', 'created', 1)
 local readied = flush_ready(P)
 flush_stats(P)
 return { 1, 'running', dh, readied }

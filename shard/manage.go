@@ -627,7 +627,7 @@ func (s *Store) stats(ctx context.Context) (map[string]*QueueStats, [][]string, 
 		for f, v := range m {
 			kind, q, ok := strings.Cut(f, ":")
 			n, err := strconv.ParseInt(v, 10, 64)
-			if !ok || err != nil {
+			if !ok || err != nil || kind == "w" { // w: workflow counts (WorkflowCounts)
 				continue
 			}
 			qs := byQueue[q]

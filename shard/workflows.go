@@ -499,3 +499,53 @@ func (s *Store) ListWorkflows(ctx context.Context, state job.WorkflowState, curs
 	}
 	return page, nil
 }
+
+// WorkflowCounts are the namespace's workflows started and ended since it was created,
+// summed over its shards (the fields w:created, w:retried and w:<state> of their stats
+// hashes, counted by the workflow scripts). A snapshot restore does not count the
+// workflows it brings back as started: Running is then at least 0.
+type WorkflowCounts struct {
+	Created, Retried int64
+	Ended            map[job.WorkflowState]int64 // succeeded, failed, cancelled
+}
+
+// Running returns the workflows started (created or retried) and not ended.
+func (c WorkflowCounts) Running() int64 {
+	n := c.Created + c.Retried
+	for _, e := range c.Ended {
+		n -= e
+	}
+	return max(n, 0)
+}
+
+// WorkflowCounts reads the workflow counts of every shard, in one pipeline.
+func (s *Store) WorkflowCounts(ctx context.Context) (WorkflowCounts, error) {
+	states := []job.WorkflowState{job.WorkflowSucceeded, job.WorkflowFailed, job.WorkflowCancelled}
+	fields := []string{"w:created", "w:retried"}
+	for _, st := range states {
+		fields = append(fields, "w:"+string(st))
+	}
+	cmds := make(rueidis.Commands, s.cfg.Shards)
+	for i := range cmds {
+		cmds[i] = s.c.B().Hmget().Key(s.keys.Stats(ID(i))).Field(fields...).Build()
+	}
+	out := WorkflowCounts{Ended: map[job.WorkflowState]int64{}}
+	for sh, r := range s.c.DoMulti(ctx, cmds...) {
+		vs, err := r.ToArray()
+		if err != nil || len(vs) != len(fields) {
+			return WorkflowCounts{}, fmt.Errorf("workflow counts of shard %d: %v", sh, err)
+		}
+		n := make([]int64, len(vs))
+		for i, v := range vs {
+			if str, err := v.ToString(); err == nil {
+				n[i], _ = strconv.ParseInt(str, 10, 64)
+			}
+		}
+		out.Created += n[0]
+		out.Retried += n[1]
+		for i, st := range states {
+			out.Ended[st] += n[2+i]
+		}
+	}
+	return out, nil
+}

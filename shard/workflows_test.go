@@ -708,3 +708,39 @@ func TestWorkflow_RetryInstanceObeysOverlap(t *testing.T) {
 		require.Equal(t, job.WorkflowRunning, w.State)
 	})
 }
+
+// The shards count workflows started and ended; the queue stats do not show them.
+func TestWorkflow_Counts(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		for _, id := range []string{"ok1", "ok2", "bad", "gone"} {
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: id, Jobs: []job.Node{node("n-" + id)}})
+			require.NoError(t, err)
+		}
+		_, _, err := s.CancelWorkflow(ctx, "gone")
+		require.NoError(t, err)
+		for _, id := range []string{"ok1", "ok2", "bad"} {
+			r := &wfRunner{t: t, s: s, wf: id, anyWF: true, outcome: func(n string) shard.Outcome {
+				if n == "n-bad" {
+					return shard.Failed
+				}
+				return shard.Succeeded
+			}}
+			r.run(ctx)
+		}
+		_, _, err = s.RetryWorkflow(ctx, "bad")
+		require.NoError(t, err)
+		c, err := s.WorkflowCounts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(4), c.Created)
+		require.Equal(t, int64(1), c.Retried)
+		require.Equal(t, map[job.WorkflowState]int64{job.WorkflowSucceeded: 2, job.WorkflowFailed: 1, job.WorkflowCancelled: 1}, c.Ended)
+		require.Equal(t, int64(1), c.Running(), "the retried one")
+		qs, err := s.Queues(ctx)
+		require.NoError(t, err)
+		for _, q := range qs {
+			require.Equal(t, "default", q.Queue)
+		}
+	})
+}

@@ -111,6 +111,9 @@ func dev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err := metrics.QueueDepths(context.WithoutCancel(ctx), client.Store().Queues); err != nil {
 		return err
 	}
+	if err := metrics.WorkflowCounts(context.WithoutCancel(ctx), client.Store().WorkflowCounts); err != nil {
+		return err
+	}
 	d, err := dispatcher.New(dispatcher.Config{Store: client.Store(), Name: "dev", Logger: logger, Metrics: metrics})
 	if err != nil {
 		return err

@@ -88,6 +88,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer, started func(apiA
 	if err := metrics.QueueDepths(context.WithoutCancel(ctx), store.Queues); err != nil {
 		return fail(err)
 	}
+	if err := metrics.WorkflowCounts(context.WithoutCancel(ctx), store.WorkflowCounts); err != nil {
+		return fail(err)
+	}
 
 	if cfg.dispatch {
 		lead := cfg.fireLead

@@ -21,12 +21,12 @@
 //	tock_workflows_created_total{scheduled}      workflows created through this process's API
 //	tock_workflows_cancelled_total               running workflows its API cancelled
 //	tock_workflows_retried_total                 failed or cancelled workflows its API retried
+//	tock_workflows_ended_total{state}            workflows ended in the namespace, read from Redis
+//	tock_workflows_running                       workflows started and not ended, read from Redis
 //
 // Workflows end inside Redis scripts (the script that ends a node's run ends its
-// workflow), which return nothing to the process that called them about it, so there is
-// no count of workflows succeeded or failed, and no gauge of running workflows: that
-// would take a scan of every workflow per scrape (shard.Store.ListWorkflows), or a
-// counter the scripts keep.
+// workflow); the scripts count them in the shards' stats hashes, which a scrape reads
+// (shard.Store.WorkflowCounts, one HMGET per shard in one pipeline).
 //
 // Acks are tock_runs_finished_total{outcome="succeeded"}, failures {outcome="failed"}
 // (retried) and {outcome="dead"} (out of attempts).
@@ -51,6 +51,7 @@ import (
 	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/limit"
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/worker"
 )
@@ -455,4 +456,54 @@ func (c *queueCollector) read() ([]shard.QueueStats, error) {
 		}
 	}
 	return c.stats, c.err
+}
+
+// WorkflowCountsFunc reads the namespace's workflow counts (shard.Store.WorkflowCounts).
+type WorkflowCountsFunc func(ctx context.Context) (shard.WorkflowCounts, error)
+
+var (
+	workflowsEndedDesc = prometheus.NewDesc("tock_workflows_ended_total",
+		"Workflows of the namespace that ended, by state (succeeded, failed, cancelled), counted by the scripts since the namespace was created.",
+		[]string{"state"}, nil)
+	workflowsRunningDesc = prometheus.NewDesc("tock_workflows_running",
+		"Workflows of the namespace started (created or retried) and not ended.", nil, nil)
+)
+
+// WorkflowCounts registers tock_workflows_ended_total{state} and tock_workflows_running,
+// read by calling fn at scrape time, bounded by Config.StatsTimeout and by ctx. A failed
+// read leaves them out of that scrape and counts in tock_queue_stats_errors_total when
+// QueueDepths registered it.
+func (m *Metrics) WorkflowCounts(ctx context.Context, fn WorkflowCountsFunc) error {
+	if err := m.reg.Register(&workflowCollector{m: m, ctx: ctx, fn: fn}); err != nil {
+		return fmt.Errorf("prom: register workflow counts: %w", err)
+	}
+	return nil
+}
+
+type workflowCollector struct {
+	m   *Metrics
+	ctx context.Context
+	fn  WorkflowCountsFunc
+}
+
+func (c *workflowCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- workflowsEndedDesc
+	ch <- workflowsRunningDesc
+}
+
+func (c *workflowCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.m.cfg.StatsTimeout)
+	defer cancel()
+	wc, err := c.fn(ctx)
+	if err != nil {
+		c.m.statsErrs.Inc()
+		if c.m.errs.Allow() {
+			c.m.logger.WarnContext(ctx, "read workflow counts", "error", err)
+		}
+		return
+	}
+	for _, st := range []job.WorkflowState{job.WorkflowSucceeded, job.WorkflowFailed, job.WorkflowCancelled} {
+		ch <- prometheus.MustNewConstMetric(workflowsEndedDesc, prometheus.CounterValue, float64(wc.Ended[st]), string(st))
+	}
+	ch <- prometheus.MustNewConstMetric(workflowsRunningDesc, prometheus.GaugeValue, float64(wc.Running()))
 }

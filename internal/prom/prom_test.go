@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tockhq/tock/dispatcher"
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/worker"
 )
@@ -306,4 +307,24 @@ func BenchmarkMetrics_RunFinished(b *testing.B) {
 			m.RunFinished("default", worker.OutcomeSucceeded, time.Millisecond, 3*time.Millisecond)
 		}
 	})
+}
+
+// The workflow counts are read from Redis at each scrape.
+func TestMetrics_WorkflowCounts(t *testing.T) {
+	t.Parallel()
+	m := newMetrics(t, Config{})
+	require.NoError(t, m.WorkflowCounts(context.Background(), func(context.Context) (shard.WorkflowCounts, error) {
+		return shard.WorkflowCounts{Created: 5, Retried: 1, Ended: map[job.WorkflowState]int64{
+			job.WorkflowSucceeded: 3, job.WorkflowFailed: 1, job.WorkflowCancelled: 1}}, nil
+	}))
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP tock_workflows_ended_total Workflows of the namespace that ended, by state (succeeded, failed, cancelled), counted by the scripts since the namespace was created.
+# TYPE tock_workflows_ended_total counter
+tock_workflows_ended_total{state="cancelled"} 1
+tock_workflows_ended_total{state="failed"} 1
+tock_workflows_ended_total{state="succeeded"} 3
+# HELP tock_workflows_running Workflows of the namespace started (created or retried) and not ended.
+# TYPE tock_workflows_running gauge
+tock_workflows_running 1
+`), "tock_workflows_ended_total", "tock_workflows_running"))
 }

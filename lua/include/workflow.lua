@@ -25,6 +25,8 @@
 --     'p:'..n  its parents, comma separated ('' for a root)
 --     'c:'..n  its children, comma separated
 --     'x:'..n  the result of a succeeded node
+--   P..'stats'     'w:created', 'w:retried' and 'w:<end state>' count workflows started
+--                  and ended on the shard (the caller flushes them: flush_stats)
 --   P..'wfd:'..def HASH  a scheduled workflow's instances: 'act' the running instances
 --                        (",i1,i2,"), 'bf' the buffered one (overlap buffer_one)
 --
@@ -158,6 +160,8 @@ local function wf_finished(P, wk, wf, now, nowStr, retention)
   end
   redis.call('HSET', wk, 'st', st, 'en', nowStr)
   redis.call('PEXPIRE', wk, retention)
+  -- P..'stats' 'w:<state>': workflows ended (shard.Store.WorkflowCounts).
+  stat('w', st, 1)
   local def = string.match(wf, '^([^@]+)@')
   if def then
     local dk = P .. 'wfd:' .. def
