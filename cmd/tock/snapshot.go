@@ -216,7 +216,7 @@ func (s *snapshotCmd) export(ctx context.Context, keep int) error {
 			Pruned []string `json:"pruned"`
 		}{m, append([]string{}, pruned...)})
 	}
-	fmt.Fprintf(s.out, "snapshot %s: %d jobs in %d files, %s, in %s\n", m.ID, m.Jobs, len(m.Files),
+	fmt.Fprintf(s.out, "snapshot %s: %d jobs%s in %d files, %s, in %s\n", m.ID, m.Jobs, workflowsOf(m.Workflows), len(m.Files),
 		byteSize(m.Bytes), m.Finished.Sub(m.Started).Round(time.Millisecond))
 	for _, id := range pruned {
 		fmt.Fprintf(s.out, "deleted %s\n", id)
@@ -306,14 +306,20 @@ func (s *snapshotCmd) restore(ctx context.Context, ref string) error {
 			Restored  int    `json:"restored"`
 			Existed   int    `json:"existed"`
 			Expired   int    `json:"expired"`
-		}{m.ID, s.ns, cfg.Shards, res.Resumed, res.Restored, res.Existed, res.Expired})
+			Workflows int    `json:"workflows"`
+			WfExisted int    `json:"workflows_existed"`
+			WfExpired int    `json:"workflows_expired"`
+		}{m.ID, s.ns, cfg.Shards, res.Resumed, res.Restored, res.Existed, res.Expired, res.Workflows, res.WorkflowsExisted, res.WorkflowsExpired})
 	}
 	if res.Resumed {
 		fmt.Fprintf(s.out, "completing an interrupted restore of %s\n", m.ID)
 	}
-	fmt.Fprintf(s.out, "restored %d jobs from %s into namespace %q (%d shards)", res.Restored, m.ID, s.ns, cfg.Shards)
+	fmt.Fprintf(s.out, "restored %d jobs%s from %s into namespace %q (%d shards)", res.Restored, workflowsOf(int64(res.Workflows)), m.ID, s.ns, cfg.Shards)
 	if res.Existed > 0 || res.Expired > 0 {
 		fmt.Fprintf(s.out, "; %d were there already, %d had expired", res.Existed, res.Expired)
+	}
+	if res.WorkflowsExisted > 0 || res.WorkflowsExpired > 0 {
+		fmt.Fprintf(s.out, "; %d workflows were there already, %d had expired", res.WorkflowsExisted, res.WorkflowsExpired)
 	}
 	fmt.Fprintln(s.out)
 	return nil
@@ -328,8 +334,19 @@ func (s *snapshotCmd) verify(ctx context.Context, ref string) error {
 	if s.asJSON {
 		return s.printJSON(m)
 	}
-	fmt.Fprintf(s.out, "snapshot %s is intact: %d jobs in %d files, %s\n", m.ID, m.Jobs, len(m.Files), byteSize(m.Bytes))
+	fmt.Fprintf(s.out, "snapshot %s is intact: %d jobs%s in %d files, %s\n", m.ID, m.Jobs, workflowsOf(m.Workflows), len(m.Files), byteSize(m.Bytes))
 	return nil
+}
+
+// workflowsOf says how many workflows a count of jobs includes the nodes of ("" none).
+func workflowsOf(n int64) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return " (with the nodes of 1 workflow)"
+	}
+	return fmt.Sprintf(" (with the nodes of %d workflows)", n)
 }
 
 func (s *snapshotCmd) list(ctx context.Context) error {

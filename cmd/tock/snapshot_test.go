@@ -37,6 +37,10 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 			require.NoError(t, err)
 			_, err = src.PauseQueue(ctx, "q")
 			require.NoError(t, err)
+			// A workflow: its nodes' jobs count with the jobs, and the outputs say so.
+			_, err = src.CreateWorkflow(ctx, &job.Workflow{ID: "wf", Jobs: []job.Node{
+				{Job: job.Job{ID: "a", Type: "t"}}, {Job: job.Job{ID: "b", Type: "t"}, DependsOn: []string{"a"}}}})
+			require.NoError(t, err)
 			dir := t.TempDir()
 			env := map[string]string{"TOCK_REDIS": strings.Join(b.Addrs, ","), "TOCK_SNAPSHOT_TO": dir}
 			tock := func(args ...string) result {
@@ -50,7 +54,7 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 			}
 
 			out := ok("snapshot", "export", "--namespace", ns, "--to", "file://"+filepath.ToSlash(dir))
-			require.Regexp(t, `^snapshot `+ns+`/\d{8}T\d{6}\.\d{3}Z: 3 jobs in 4 files, \d+ B, in \d`, out)
+			require.Regexp(t, `^snapshot `+ns+`/\d{8}T\d{6}\.\d{3}Z: 5 jobs \(with the nodes of 1 workflow\) in 4 files, \d+ B, in \d`, out)
 			first := strings.Fields(out)[1]
 			first = first[:len(first)-1]
 			// Settings from a config file alone.
@@ -59,22 +63,23 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 			require.NoError(t, r.err, r.errOut)
 			var m snapshot.Manifest
 			require.NoError(t, json.Unmarshal([]byte(r.out), &m))
-			require.Equal(t, int64(3), m.Jobs)
+			require.Equal(t, int64(5), m.Jobs)
+			require.Equal(t, int64(1), m.Workflows)
 			require.Equal(t, []string{"q"}, m.PausedQueues)
 			out = ok("snapshot", "export", "--namespace", ns, "--keep", "2")
 			require.Contains(t, out, "deleted "+first+"\n")
 
 			out = ok("snapshot", "ls", "--namespace", ns)
 			require.Regexp(t, `(?m)^ID\s+STARTED\s+JOBS\s+SHARDS\s+SIZE\s+STATUS$`, out)
-			require.Len(t, regexp.MustCompile(`(?m)^`+ns+`/\S+\s+\S+ \S+\s+3\s+4\s+\d+ B\s+complete$`).FindAllString(out, -1), 2, out)
+			require.Len(t, regexp.MustCompile(`(?m)^`+ns+`/\S+\s+\S+ \S+\s+5\s+4\s+\d+ B\s+complete$`).FindAllString(out, -1), 2, out)
 			require.NotContains(t, out, first)
-			require.Contains(t, ok("snapshot", "verify", "--namespace", ns), "is intact: 3 jobs in 4 files")
+			require.Contains(t, ok("snapshot", "verify", "--namespace", ns), "is intact: 5 jobs (with the nodes of 1 workflow) in 4 files")
 
 			// Into a new namespace with another shard count; the snapshot named by its
 			// namespace (its newest).
 			ns2 := redistest.Namespace(t, b)
 			out = ok("snapshot", "restore", "--namespace", ns2, "--snapshot", ns, "--shards", "3")
-			require.Regexp(t, `^restored 3 jobs from `+ns+`/\S+ into namespace "`+ns2+`" \(3 shards\)\n$`, out)
+			require.Regexp(t, `^restored 5 jobs \(with the nodes of 1 workflow\) from `+ns+`/\S+ into namespace "`+ns2+`" \(3 shards\)\n$`, out)
 			dst, err := shard.Open(ctx, rc, shard.Config{Namespace: ns2, Shards: 3})
 			require.NoError(t, err)
 			for _, id := range []string{"later", "now", "daily"} {
