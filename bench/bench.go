@@ -358,6 +358,23 @@ func usedMemory(ctx context.Context, rc rueidis.Client) (int64, error) {
 	return int64(total), err
 }
 
+// lazyFreed waits, at most wait, until no master frees deleted values in the background
+// (INFO memory lazyfree_pending_objects).
+func lazyFreed(ctx context.Context, rc rueidis.Client, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		pending, err := infoSum(ctx, rc, "memory", "lazyfree_pending_objects")
+		if err != nil || pending == 0 || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // redisCPU sums the CPU time (user + system) the masters have used so far.
 func redisCPU(ctx context.Context, rc rueidis.Client) (time.Duration, error) {
 	total, err := infoSum(ctx, rc, "cpu", "used_cpu_user", "used_cpu_sys")
