@@ -100,16 +100,7 @@ func appendClaimed(b []byte, c *shard.Claimed, queue string, durs *durStrings) [
 	b = appendJSONString(b, queue)
 	b = append(b, `,"type":`...)
 	b = appendJSONString(b, c.Type)
-	if len(c.Payload) > 0 {
-		if isCompactJSON(c.Payload) {
-			b = append(b, `,"payload":`...)
-			b = append(b, c.Payload...)
-		} else {
-			b = append(b, `,"payload_base64":"`...)
-			b = base64.StdEncoding.AppendEncode(b, c.Payload)
-			b = append(b, '"')
-		}
-	}
+	b = appendBytesField(b, "payload", c.Payload)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(c.Attempt), 10)
 	b = append(b, `,"max_attempts":`...)
@@ -425,16 +416,7 @@ func appendWorkflow(b []byte, r *pulledRun) []byte {
 			}
 			b = append(b, `{"node":`...)
 			b = appendJSONString(b, p.node)
-			if len(p.result) > 0 {
-				if isCompactJSON(p.result) {
-					b = append(b, `,"result":`...)
-					b = append(b, p.result...)
-				} else {
-					b = append(b, `,"result_base64":"`...)
-					b = base64.StdEncoding.AppendEncode(b, p.result)
-					b = append(b, '"')
-				}
-			}
+			b = appendBytesField(b, "result", p.result)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -454,4 +436,22 @@ func appendWorkflow(b []byte, r *pulledRun) []byte {
 		b = appendJSONString(b, r.parentsErr)
 	}
 	return append(b, '}')
+}
+
+// appendBytesField appends bytes p as encodePayload gives them to encoding/json:
+// `,"<name>":<p>` when p is compact JSON, `,"<name>_base64":"…"` otherwise, nothing when
+// p is empty.
+func appendBytesField(b []byte, name string, p []byte) []byte {
+	if len(p) == 0 {
+		return b
+	}
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	if isCompactJSON(p) {
+		b = append(b, `":`...)
+		return append(b, p...)
+	}
+	b = append(b, `_base64":"`...)
+	b = base64.StdEncoding.AppendEncode(b, p)
+	return append(b, '"')
 }

@@ -366,11 +366,14 @@ func (r *pulledRun) wireWorkflow(w *ClaimedRun) {
 	w.ParentsError = r.parentsErr
 }
 
-// addParents reads the parents' results of the runs of workflow nodes among runs
-// (MaxParentResults bytes per run at most, the smaller results first). A read that
+// addParents reads the parents' results of the runs of workflow nodes among runs, all
+// in two pipelined round trips (MaxParentResults bytes per run at most, the smaller
+// results first). A read that
 // fails leaves the run without them, saying so in ParentsError: the run is claimed
 // already, and its worker can read them by the result endpoint.
 func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
+	var ids []string
+	var at []int
 	for i := range runs {
 		r := &runs[i]
 		wf, node, ok := job.SplitNodeJobID(r.c.JobID)
@@ -378,10 +381,18 @@ func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 			continue
 		}
 		r.workflow, r.node = wf, node
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
-		res, err := s.store.ParentResults(rctx, r.c.JobID)
-		cancel()
-		if err != nil {
+		ids = append(ids, r.c.JobID)
+		at = append(at, i)
+	}
+	if len(ids) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+	results, errs := s.store.ParentResultsMany(rctx, ids)
+	cancel()
+	for k, i := range at {
+		r, res := &runs[i], results[k]
+		if err := errs[k]; err != nil {
 			s.log.WarnContext(ctx, "claim: parents' results not read", "run", r.c.Member, "error", err)
 			r.parentsErr = "the parents' results could not be read with the claim; read them with GET /v1/workflows/{id}/nodes/{node}/result"
 			continue

@@ -326,15 +326,7 @@ func (j *Job) Normalize(maxPayload int) error {
 	if j.Visibility == 0 {
 		j.Visibility = DefaultVisibility
 	}
-	if j.Overlap == "" {
-		j.Overlap = OverlapSkip
-	}
-	if j.Misfire == "" {
-		j.Misfire = MisfireRunOnce
-	}
-	if j.MisfireAfter == 0 {
-		j.MisfireAfter = DefaultMisfireAfter
-	}
+	defaultRecurring(&j.Overlap, &j.Misfire, &j.MisfireAfter)
 	if err := ValidateID("id", j.ID, MaxIDLen); err != nil {
 		return err
 	}
@@ -379,18 +371,37 @@ func (j *Job) Normalize(maxPayload int) error {
 	if j.Visibility < MinVisibility {
 		return fieldErr("visibility", "must be at least %s, got %s", MinVisibility, j.Visibility)
 	}
-	switch j.Overlap {
+	return validateRecurring(j.Overlap, j.Misfire, j.MisfireAfter)
+}
+
+// defaultRecurring fills the defaults of a recurring job's policies (a job's, or a
+// scheduled workflow's for its instances).
+func defaultRecurring(o *Overlap, m *Misfire, after *time.Duration) {
+	if *o == "" {
+		*o = OverlapSkip
+	}
+	if *m == "" {
+		*m = MisfireRunOnce
+	}
+	if *after == 0 {
+		*after = DefaultMisfireAfter
+	}
+}
+
+// validateRecurring checks a recurring job's policies.
+func validateRecurring(o Overlap, m Misfire, after time.Duration) error {
+	switch o {
 	case OverlapSkip, OverlapAllow, OverlapBufferOne:
 	default:
-		return fieldErr("overlap", "must be skip, allow or buffer_one, got %q", j.Overlap)
+		return fieldErr("overlap", "must be skip, allow or buffer_one, got %q", o)
 	}
-	switch j.Misfire {
+	switch m {
 	case MisfireRunOnce, MisfireSkip, MisfireRunAll:
 	default:
-		return fieldErr("misfire", "must be run_once, skip or run_all, got %q", j.Misfire)
+		return fieldErr("misfire", "must be run_once, skip or run_all, got %q", m)
 	}
-	if j.MisfireAfter < time.Millisecond {
-		return fieldErr("misfire_after", "must be at least 1ms, got %s", j.MisfireAfter)
+	if after < time.Millisecond {
+		return fieldErr("misfire_after", "must be at least 1ms, got %s", after)
 	}
 	return nil
 }

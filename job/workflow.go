@@ -207,29 +207,8 @@ func (w *Workflow) normalizeSchedule() error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	if w.Overlap == "" {
-		w.Overlap = OverlapSkip
-	}
-	if w.Misfire == "" {
-		w.Misfire = MisfireRunOnce
-	}
-	if w.MisfireAfter == 0 {
-		w.MisfireAfter = DefaultMisfireAfter
-	}
-	switch w.Overlap {
-	case OverlapSkip, OverlapAllow, OverlapBufferOne:
-	default:
-		return fieldErr("overlap", "must be skip, allow or buffer_one, got %q", w.Overlap)
-	}
-	switch w.Misfire {
-	case MisfireRunOnce, MisfireSkip, MisfireRunAll:
-	default:
-		return fieldErr("misfire", "must be run_once, skip or run_all, got %q", w.Misfire)
-	}
-	if w.MisfireAfter < time.Millisecond {
-		return fieldErr("misfire_after", "must be at least 1ms, got %s", w.MisfireAfter)
-	}
-	return nil
+	defaultRecurring(&w.Overlap, &w.Misfire, &w.MisfireAfter)
+	return validateRecurring(w.Overlap, w.Misfire, w.MisfireAfter)
 }
 
 // normalize fills the node's job defaults and checks it: a node has no schedule.

@@ -256,12 +256,9 @@ func (s *Store) RestoreJobs(ctx context.Context, id ID, recs []JobRecord) (Resto
 		args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), ""}
 		n, size := 0, 0
 		for ; n < len(recs) && n < restoreBatch && (n == 0 || size < restoreBatchBytes); n++ {
-			r := recs[n]
-			args = append(args, r.ID, strconv.FormatInt(r.ExpireAt, 10), strconv.Itoa(len(r.Fields)/2))
-			args = append(args, r.Fields...)
-			for _, f := range r.Fields {
-				size += len(f)
-			}
+			var sz int
+			args, sz = appendJobRecord(args, recs[n])
+			size += sz
 		}
 		args[2] = strconv.Itoa(n)
 		calls = append(calls, call{s.scripts.RestoreJobs, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args})
@@ -392,4 +389,16 @@ func (s *Store) ClaimSnapshotPeriod(ctx context.Context, owner string, period ti
 		return false, fmt.Errorf("claim the snapshot period: %w", err)
 	}
 	return true, nil
+}
+
+// appendJobRecord appends a job record as restore_jobs and restore_workflows take it
+// (id, expiry, field count, fields) and returns the bytes of its fields.
+func appendJobRecord(args []string, r JobRecord) ([]string, int) {
+	args = append(args, r.ID, strconv.FormatInt(r.ExpireAt, 10), strconv.Itoa(len(r.Fields)/2))
+	args = append(args, r.Fields...)
+	size := 0
+	for _, f := range r.Fields {
+		size += len(f)
+	}
+	return args, size
 }

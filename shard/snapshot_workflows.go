@@ -130,11 +130,9 @@ func (s *Store) RestoreWorkflows(ctx context.Context, id ID, recs []WorkflowReco
 				size += len(f)
 			}
 			for _, j := range r.Nodes {
-				args = append(args, j.ID, strconv.FormatInt(j.ExpireAt, 10), strconv.Itoa(len(j.Fields)/2))
-				args = append(args, j.Fields...)
-				for _, f := range j.Fields {
-					size += len(f)
-				}
+				var sz int
+				args, sz = appendJobRecord(args, j)
+				size += sz
 			}
 			nodes += len(r.Nodes)
 		}

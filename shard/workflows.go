@@ -372,35 +372,64 @@ func msField(v string) time.Time {
 // ParentResults returns the results of node job jobID's parents that succeeded with one,
 // by parent node id; nil for a job that is no workflow node.
 func (s *Store) ParentResults(ctx context.Context, jobID string) (map[string][]byte, error) {
-	wf, node, ok := job.SplitNodeJobID(jobID)
-	if !ok {
-		return nil, nil
+	out, errs := s.ParentResultsMany(ctx, []string{jobID})
+	return out[0], errs[0]
+}
+
+// ParentResultsMany is ParentResults for many jobs in two pipelined round trips (the
+// parents' names, then their results), as a claim of many nodes' runs needs: per job a
+// map (nil for a job that is no workflow node, or has no parents) or an error.
+func (s *Store) ParentResultsMany(ctx context.Context, jobIDs []string) ([]map[string][]byte, []error) {
+	out := make([]map[string][]byte, len(jobIDs))
+	errs := make([]error, len(jobIDs))
+	keys := make([]string, len(jobIDs))
+	var at []int
+	var cmds rueidis.Commands
+	for i, jobID := range jobIDs {
+		wf, node, ok := job.SplitNodeJobID(jobID)
+		if !ok {
+			continue
+		}
+		keys[i] = s.keys.Workflow(s.ShardOf(jobID), wf)
+		at = append(at, i)
+		cmds = append(cmds, s.c.B().Hget().Key(keys[i]).Field("p:"+node).Build())
 	}
-	id := s.ShardOf(jobID)
-	key := s.keys.Workflow(id, wf)
-	p, err := s.c.Do(ctx, s.c.B().Hget().Key(key).Field("p:"+node).Build()).ToString()
-	if rueidis.IsRedisNil(err) || p == "" {
-		return nil, nil
+	parents := make([][]string, len(jobIDs))
+	var at2 []int
+	var cmds2 rueidis.Commands
+	for k, r := range s.c.DoMulti(ctx, cmds...) {
+		i := at[k]
+		p, err := r.ToString()
+		if rueidis.IsRedisNil(err) || (err == nil && p == "") {
+			continue
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("parent results of %q: %w", jobIDs[i], err)
+			continue
+		}
+		parents[i] = strings.Split(p, ",")
+		fields := make([]string, len(parents[i]))
+		for f, q := range parents[i] {
+			fields[f] = "x:" + q
+		}
+		at2 = append(at2, i)
+		cmds2 = append(cmds2, s.c.B().Hmget().Key(keys[i]).Field(fields...).Build())
 	}
-	if err != nil {
-		return nil, fmt.Errorf("parent results of %q: %w", jobID, err)
-	}
-	parents := strings.Split(p, ",")
-	fields := make([]string, len(parents))
-	for i, q := range parents {
-		fields[i] = "x:" + q
-	}
-	vals, err := s.c.Do(ctx, s.c.B().Hmget().Key(key).Field(fields...).Build()).ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("parent results of %q: %w", jobID, err)
-	}
-	out := make(map[string][]byte, len(parents))
-	for i, v := range vals {
-		if b, err := v.ToString(); err == nil {
-			out[parents[i]] = []byte(b)
+	for k, r := range s.c.DoMulti(ctx, cmds2...) {
+		i := at2[k]
+		vals, err := r.ToArray()
+		if err != nil {
+			errs[i] = fmt.Errorf("parent results of %q: %w", jobIDs[i], err)
+			continue
+		}
+		out[i] = make(map[string][]byte, len(vals))
+		for f, v := range vals {
+			if b, err := v.ToString(); err == nil {
+				out[i][parents[i][f]] = []byte(b)
+			}
 		}
 	}
-	return out, nil
+	return out, errs
 }
 
 // NodeResult returns a node's result and whether it has one.
