@@ -352,6 +352,42 @@ func newProgress(w io.Writer, label string, total int) *progressLine {
 	return &progressLine{w: w, label: label, total: total}
 }
 
+// keysMemory sums MEMORY USAGE (every element counted: SAMPLES 0) over the keys of
+// namespace ns on every master: what the namespace's data takes, whatever else the server
+// holds or frees meanwhile.
+func keysMemory(ctx context.Context, rc rueidis.Client, ns string) (int64, error) {
+	addrs, nodes, err := shard.Primaries(ctx, rc)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	var total int64
+	for _, addr := range addrs {
+		node := nodes[addr]
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(ns+":*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return 0, fmt.Errorf("bench: SCAN on %s: %w", addr, err)
+			}
+			cmds := make(rueidis.Commands, 0, len(e.Elements))
+			for _, k := range e.Elements {
+				cmds = append(cmds, node.B().MemoryUsage().Key(k).Samples(0).Build())
+			}
+			for i, r := range node.DoMulti(ctx, cmds...) {
+				n, err := r.AsInt64()
+				if err != nil && !rueidis.IsRedisNil(err) { // nil: deleted since the SCAN
+					return 0, fmt.Errorf("bench: MEMORY USAGE %s on %s: %w", e.Elements[i], addr, err)
+				}
+				total += n
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
 // usedMemory sums INFO memory used_memory over the masters.
 func usedMemory(ctx context.Context, rc rueidis.Client) (int64, error) {
 	total, err := infoSum(ctx, rc, "memory", "used_memory")

@@ -352,18 +352,25 @@ type MemoryConfig struct {
 
 // MemoryResult is what the memory scenario prints.
 type MemoryResult struct {
-	Scenario    string  `json:"scenario"`
-	Backend     string  `json:"backend"`
-	Shards      int     `json:"shards"`
-	Jobs        int     `json:"jobs"`
-	Payload     int     `json:"payload"`
-	UsedBefore  int64   `json:"used_memory_before"`
-	UsedAfter   int64   `json:"used_memory_after"`
+	Scenario string `json:"scenario"`
+	Backend  string `json:"backend"`
+	Shards   int    `json:"shards"`
+	Jobs     int    `json:"jobs"`
+	Payload  int    `json:"payload"`
+	// The namespace's keys (MEMORY USAGE), summed over the masters: the measure.
+	KeysBefore  int64   `json:"keys_memory_before"`
+	KeysAfter   int64   `json:"keys_memory_after"`
 	BytesPerJob float64 `json:"bytes_per_job"`
+	// The servers' used_memory, summed over the masters: for reference only. It also
+	// moves with the connections' buffers (a client's pool, one that has just closed),
+	// some hundred kilobytes either way, which a small run cannot tell from its jobs.
+	UsedBefore      int64   `json:"used_memory_before"`
+	UsedAfter       int64   `json:"used_memory_after"`
+	UsedBytesPerJob float64 `json:"used_memory_bytes_per_job"`
 }
 
-// Memory measures Redis used_memory before and after scheduling cfg.Jobs jobs due in an
-// hour on an empty namespace.
+// Memory measures what the keys of an empty namespace take in Redis (MEMORY USAGE) before
+// and after scheduling cfg.Jobs jobs due in an hour in it, and used_memory for reference.
 func Memory(ctx context.Context, cfg MemoryConfig) (*MemoryResult, error) {
 	if cfg.Jobs < 1 {
 		return nil, errors.New("bench memory: --jobs must be positive")
@@ -386,6 +393,9 @@ func Memory(ctx context.Context, cfg MemoryConfig) (*MemoryResult, error) {
 	if res.UsedBefore, err = usedMemory(ctx, e.rc); err != nil {
 		return nil, err
 	}
+	if res.KeysBefore, err = keysMemory(ctx, e.rc, e.ns); err != nil {
+		return nil, err
+	}
 	body := payload(cfg.Payload)
 	start := time.Now().Add(time.Hour)
 	step := float64(time.Hour) / float64(cfg.Jobs)
@@ -399,7 +409,11 @@ func Memory(ctx context.Context, cfg MemoryConfig) (*MemoryResult, error) {
 	if res.UsedAfter, err = usedMemory(ctx, e.rc); err != nil {
 		return nil, err
 	}
-	res.BytesPerJob = round(float64(res.UsedAfter-res.UsedBefore) / float64(cfg.Jobs))
+	if res.KeysAfter, err = keysMemory(ctx, e.rc, e.ns); err != nil {
+		return nil, err
+	}
+	res.BytesPerJob = round(float64(res.KeysAfter-res.KeysBefore) / float64(cfg.Jobs))
+	res.UsedBytesPerJob = round(float64(res.UsedAfter-res.UsedBefore) / float64(cfg.Jobs))
 	return res, nil
 }
 
