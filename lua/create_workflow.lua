@@ -59,6 +59,8 @@ if def ~= '' then
 end
 
 local names = {}
+-- The workflow hash's node fields, written at once after the loop.
+local writes = {}
 local i = 7
 for c = 1, n do
   local node, rule, parents, children, ndh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -76,21 +78,33 @@ for c = 1, n do
   -- A job left from an earlier workflow of this id, which expired before its nodes
   -- could not be (see include workflow): replaced.
   redis.call('DEL', jobKey)
-  local st, rel = 'waiting', ''
   if np == 0 and not hold then
-    st, rel = 'released', nowStr
-  end
-  if ndef > 0 then
-    redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',', unpack(ARGV, defStart, defEnd))
+    -- A root: released at once, its job written ready with its run (wf_release's
+    -- outcome, without reading back what was just written).
+    local q, pri
+    for k = defStart, defEnd, 2 do
+      local f = ARGV[k]
+      if f == 'q' then
+        q = ARGV[k + 1]
+      elseif f == 'pr' then
+        pri = ARGV[k + 1]
+      end
+    end
+    redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',' .. nowStr .. ',',
+      unpack(ARGV, defStart, defEnd))
+    new_run(id, nowStr, q, pri)
+    writes[#writes + 1] = 's:' .. node
+    writes[#writes + 1] = 'released|' .. rule .. '|0|0|0|0|' .. nowStr .. '||'
   else
-    redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',')
+    redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',',
+      unpack(ARGV, defStart, defEnd))
+    writes[#writes + 1] = 's:' .. node
+    writes[#writes + 1] = 'waiting|' .. rule .. '|' .. np .. '|0|0|0|||'
   end
-  if st == 'released' then
-    wf_release(P, id, nowStr)
-  end
-  redis.call('HSET', wk, 's:' .. node, wf_pack({ st = st, rule = rule, np = np, ok = 0, bad = 0, skip = 0,
-    rel = rel, en = '', att = '' }), 'p:' .. node, parents, 'c:' .. node, children)
+  local k = #writes
+  writes[k + 1], writes[k + 2], writes[k + 3], writes[k + 4] = 'p:' .. node, parents, 'c:' .. node, children
 end
+wf_hset(wk, writes)
 redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', n, 'bad', 0,
   'nodes', table.concat(names, ','))
 if hold then

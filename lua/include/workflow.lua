@@ -179,33 +179,79 @@ local function wf_finished(P, wk, wf, now, nowStr, retention)
   end
 end
 
+-- wf_hmget reads fields of hash key at once (in chunks: Lua's stack holds some thousands
+-- of values).
+local function wf_hmget(key, fields)
+  local out = {}
+  for k = 1, #fields, 1000 do
+    local got = redis.call('HMGET', key, unpack(fields, k, math.min(k + 999, #fields)))
+    for g = 1, #got do
+      out[k + g - 1] = got[g]
+    end
+  end
+  return out
+end
+
+-- wf_hset writes the field/value pairs of list kv to hash key (in chunks, as wf_hmget).
+local function wf_hset(key, kv)
+  for k = 1, #kv, 2000 do
+    redis.call('HSET', key, unpack(kv, k, math.min(k + 1999, #kv)))
+  end
+end
+
 -- wf_mark ends node `node` of workflow wf (hash wk) as st unless it ended already, and
 -- moves its descendants: a child whose rule is met is released, one whose rule can no
--- longer be met ends at once (and so on down). Returns true when the node ended now.
-local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att)
-  local n = wf_get(redis.call('HGET', wk, 's:' .. node))
-  if not n or (n.st ~= 'waiting' and n.st ~= 'released') then
+-- longer be met ends at once (and so on down). A succeeded node's result (may be nil)
+-- is kept as its 'x:' field. Returns true when the node ended now.
+--
+-- It runs at every node's end, so it makes few calls: the node's state and children in
+-- one read, each node's children's states in one read, and every state written in one
+-- write at the end (a state changed during the call is read from what will be written).
+local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, result)
+  local fs = 's:' .. node
+  local v = redis.call('HMGET', wk, fs, 'c:' .. node)
+  -- Only the node's own state, its end and its attempts change: the rest is kept as is.
+  local cur, mid, oldAtt = string.match(v[1] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+  if cur ~= 'waiting' and cur ~= 'released' then
     return false
   end
-  n.st, n.en = st, nowStr
-  if att then
-    n.att = num(att)
+  local writes = { fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and num(att) or oldAtt) }
+  if result and st == 'succeeded' then
+    -- Its children are claimed after this call: they find it.
+    writes[3], writes[4] = 'x:' .. node, result
   end
+  local pending = {} -- field -> its new state, where writes holds it
   local bad = 0
   local ended = 1
-  redis.call('HSET', wk, 's:' .. node, wf_pack(n))
   if wf_category(st) == 'bad' then
     bad = 1
   end
-  -- Depth first over the nodes that end because this one did.
-  local stack = { node, wf_category(st) }
+  -- Depth first over the nodes that end because this one did: their children (as stored)
+  -- and how their end counts.
+  local stack = { v[2] or '', wf_category(st) }
   while #stack > 0 do
     local cat = table.remove(stack)
-    local parent = table.remove(stack)
-    local children = redis.call('HGET', wk, 'c:' .. parent) or ''
+    local children = table.remove(stack)
+    local names, read = {}, {}
     for child in string.gmatch(children, '[^,]+') do
       local f = 's:' .. child
-      local c = wf_get(redis.call('HGET', wk, f))
+      names[#names + 1] = child
+      if not pending[f] then
+        read[#read + 1] = f
+      end
+    end
+    local got = wf_hmget(wk, read)
+    local g = 0
+    for _, child in ipairs(names) do
+      local f = 's:' .. child
+      local at = pending[f]
+      local c
+      if at then
+        c = wf_get(writes[at])
+      else
+        g = g + 1
+        c = wf_get(got[g])
+      end
       if c and c.st == 'waiting' then
         c[cat] = c[cat] + 1
         local d = wf_decide(c)
@@ -220,13 +266,19 @@ local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att)
           end
           wf_end_job(P, wf .. '@' .. child, d == 'skipped' and 'skipped: its rule ' .. c.rule .. ' can no longer be met'
             or 'upstream failed: its rule ' .. c.rule .. ' can no longer be met', now, keep, retention)
-          stack[#stack + 1] = child
+          stack[#stack + 1] = redis.call('HGET', wk, 'c:' .. child) or ''
           stack[#stack + 1] = wf_category(d)
         end
-        redis.call('HSET', wk, f, wf_pack(c))
+        if not at then
+          at = #writes + 2
+          writes[at - 1] = f
+          pending[f] = at
+        end
+        writes[at] = wf_pack(c)
       end
     end
   end
+  wf_hset(wk, writes)
   if bad > 0 then
     redis.call('HINCRBY', wk, 'bad', bad)
   end
@@ -244,9 +296,5 @@ local function wf_node_end(P, id, st, result, att, now, nowStr, keep, retention)
   if not wf then
     return
   end
-  local wk = P .. 'wf:' .. wf
-  if wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att) and result and st == 'succeeded' then
-    -- Its children are claimed after this call: they find it.
-    redis.call('HSET', wk, 'x:' .. node, result)
-  end
+  wf_mark(P, P .. 'wf:' .. wf, wf, node, st, now, nowStr, keep, retention, att, result)
 end
