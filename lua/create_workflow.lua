@@ -8,7 +8,9 @@
 --                           created on its own
 -- ARGV[5] overlap   'allow' | 'skip' | 'buffer_one'  a scheduled instance's overlap
 --                           policy against its definition's running instances
--- ARGV[6] n         count   nodes that follow, parents before children
+-- ARGV[6] pack      '1' | '0'  whether a root's job is stored packed (include packed), as
+--                           create_jobs stores a one-time job due now
+-- ARGV[7] n         count   nodes that follow, parents before children
 -- then per node:
 --   node      string  node id
 --   rule      string  all_success | all_done | one_success | one_failed | none_failed
@@ -18,16 +20,22 @@
 --   ndef      count   field/value pairs of its job definition that follow (create_jobs')
 --   ndef*2    field, value ...
 --
--- Derived keys: P..'job:'..wf..'@'..node, P..'ready:'..queue, P..'stats', P..'wfd:'..def
+-- Derived keys: P..'job:'..wf..'@'..node, P..'ready:'..queue, P..'stats', P..'wfd:'..def,
+--               the packed form's keys (include packed)
 --
--- A node's job hash is made 'waiting'; a root's gets its run at once (ready), unless the
--- instance is held (overlap buffer_one behind a running instance).
+-- A node's job hash is made 'waiting'; a root gets its run at once (ready), unless the
+-- instance is held (overlap buffer_one behind a running instance). A released root's
+-- job is packed (unless pack is '0', or its priority is no digit, as in create_jobs):
+-- its claim and its ack are then those of a packed job, and the end of its run moves
+-- the workflow as a job hash's does (finish_runs). Any other change thaws it (include
+-- packed); a node that waits is a job hash.
 --
 -- Returns: { status, state, dh, queues }
 --   status 1 created, 0 the id existed (state and dh are the existing workflow's),
 --          2 skipped (overlap skip, or buffer_one with an instance buffered already)
 --   queues queues that received ready runs
 --- @include "workflow"
+--- @include "packed"
 
 local wk = KEYS[1]
 local P = ARGV[1]
@@ -35,7 +43,8 @@ local wf = ARGV[2]
 local dh = ARGV[3]
 local def = ARGV[4]
 local overlap = ARGV[5]
-local n = tonumber(ARGV[6])
+local pack = ARGV[6] == '1'
+local n = tonumber(ARGV[7])
 
 local w = redis.call('HMGET', wk, 'st', 'dh')
 if w[1] then
@@ -58,10 +67,13 @@ if def ~= '' then
   end
 end
 
+packed_reset()
 local names = {}
 -- The workflow hash's node fields, written at once after the loop.
 local writes = {}
-local i = 7
+-- The packed roots' ids: a run state left by an earlier workflow of this id goes.
+local packedIds = {}
+local i = 8
 for c = 1, n do
   local node, rule, parents, children, ndh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local ndef = tonumber(ARGV[i + 5])
@@ -81,7 +93,7 @@ for c = 1, n do
   if np == 0 and not hold then
     -- A root: released at once, its job written ready with its run (wf_release's
     -- outcome, without reading back what was just written).
-    local q, pri
+    local q, pri = '', ''
     for k = defStart, defEnd, 2 do
       local f = ARGV[k]
       if f == 'q' then
@@ -90,8 +102,13 @@ for c = 1, n do
         pri = ARGV[k + 1]
       end
     end
-    redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',' .. nowStr .. ',',
-      unpack(ARGV, defStart, defEnd))
+    if pack and (pri == '' or PRI_DIGIT[pri]) then
+      packed_add(id, nowStr, q, pri, now, nowStr, ndh, ARGV, defStart, defEnd)
+      packedIds[#packedIds + 1] = id
+    else
+      redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',' .. nowStr .. ',',
+        unpack(ARGV, defStart, defEnd))
+    end
     new_run(id, nowStr, q, pri)
     writes[#writes + 1] = 's:' .. node
     writes[#writes + 1] = 'released|' .. rule .. '|0|0|0|0|' .. nowStr .. '||'
@@ -105,6 +122,10 @@ for c = 1, n do
   writes[k + 1], writes[k + 2], writes[k + 3], writes[k + 4] = 'p:' .. node, parents, 'c:' .. node, children
 end
 wf_hset(wk, writes)
+packed_flush(P)
+for k = 1, #packedIds, 6000 do
+  redis.call('HDEL', P .. PACKED_RUNS, unpack(packedIds, k, math.min(k + 5999, #packedIds)))
+end
 redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', n, 'bad', 0,
   'nodes', table.concat(names, ','))
 if hold then

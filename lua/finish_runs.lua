@@ -36,8 +36,9 @@
 --               the packed form's keys (include packed)
 --
 -- A packed job's run that succeeded is recorded in its packed state, with those of the
--- other runs of the call in one write (packed_done); any other end of it, and a reaped
--- one, thaws its job first (packed_thaw) and takes the paths below.
+-- other runs of the call in one write (packed_done), and moves its workflow when it is a
+-- node's (a workflow's root); any other end of it, and a reaped one, thaws its job first
+-- (packed_thaw) and takes the paths below.
 --
 -- Returns: { results, queues, wake }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
@@ -377,6 +378,10 @@ for k = 1, n do
       packedIds[d], packedRuns[d] = id, run
       leaving[#leaving + 1] = member
       results[k] = 1
+      if find(id, '@', 1, true) then
+        -- A workflow's root (create_workflow packs them): its first attempt succeeded.
+        wf_node_end(P, id, 'succeeded', nil, 1, now, nowStr, keep, retention)
+      end
     else
       packed_thaw(P, id)
       if outcome == 'result' then

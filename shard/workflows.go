@@ -126,7 +126,7 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 	res := WorkflowResult{ID: w.ID, Shard: id}
 	children := w.Children()
 	h := xxhash.New()
-	args := []string{s.keys.Prefix(id), w.ID, "", def, string(overlap), strconv.Itoa(len(w.Jobs))}
+	args := []string{s.keys.Prefix(id), w.ID, "", def, string(overlap), s.cfg.packArg(), strconv.Itoa(len(w.Jobs))}
 	for i := range w.Jobs {
 		n := &w.Jobs[i]
 		e, err := encode(&n.Job)
