@@ -12,9 +12,14 @@
 -- ARGV[2] bucket    ms      due bucket width
 -- ARGV[3] id        string  job id
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
---               the keys of the packed, cold and plain forms that thaw_job changes
---               (include forms)
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
+--               P..'wfd:'..id, and the keys of the packed, cold and plain forms that
+--               thaw_job changes (include forms)
+--
+-- A scheduled workflow's definition (type '@workflow') takes its instances' hash
+-- P..'wfd:'..id with it when that holds no instance (one written before such a hash was
+-- deleted empty). One that holds running or buffered instances stays for them: they go
+-- on, and the last one's end deletes it (include workflow's wf_finished).
 --
 -- Returns: { code, running }
 --   code     1 deleted, -1 no such job
@@ -32,7 +37,7 @@ local jobKey = P .. 'job:' .. id
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end
-local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q')
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'rl', 'q', 't')
 if not j[1] then
   return { -1, {} }
 end
@@ -75,5 +80,12 @@ for k = 1, #all, 2 do
 end
 
 redis.call('DEL', jobKey)
+if j[5] == '@workflow' then
+  local dk = P .. 'wfd:' .. id
+  local d = redis.call('HMGET', dk, 'act', 'bf')
+  if not runs_active(d[1]) and (d[2] or '') == '' then
+    redis.call('DEL', dk)
+  end
+end
 flush_stats(P)
 return { 1, running }

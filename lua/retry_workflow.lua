@@ -5,6 +5,14 @@
 -- workflow was cancelled while it ran, and its worker has not reported yet) leaves the
 -- in-flight set: that worker's late report and heartbeat are refused.
 --
+-- A reset node starts afresh: what its new run will own goes, so that no reader takes
+-- an earlier run for the new one. Its job loses its run fields ('r<due>'), 'hs' (the run
+-- a fast-path success names) and its kept results ('xs', 'x<due>'); its history 'h'
+-- stays, with the run 'hs' named written into it first (that entry is in no other
+-- field). Its result in the workflow hash ('x:'..node) goes: until its new run succeeds
+-- it has none (shard.Store.NodeResult, the API's 404), and its children's parent results
+-- leave it out.
+--
 -- KEYS[1] dead       ZSET  dead-letter set
 -- KEYS[2] inflight   ZSET  claimed runs; score = visibility deadline ms
 -- ARGV[1] prefix     string  shard key prefix
@@ -65,16 +73,21 @@ for node in string.gmatch(w[2] or '', '[^,]+') do
     reset[#reset + 1] = node
   end
 end
+-- The reset nodes' results in the workflow hash, deleted after the loop.
+local results = {}
 for _, node in ipairs(reset) do
   local id = wf .. '@' .. node
   local jobKey = P .. 'job:' .. id
   -- Its dead run leaves the dead-letter set, a run in flight the in-flight set; its runs'
-  -- fields go (the history stays).
+  -- fields, 'hs' and its kept results go (the history stays).
   local all = redis.call('HGETALL', jobKey)
   local drop = {}
+  local runs = {}
+  local h, hs
   for k = 1, #all, 2 do
     local f = all[k]
     if string.find(f, '^r%d') then
+      runs[f] = all[k + 1]
       local r = run_get(all[k + 1])
       local member = id .. ':' .. string.sub(f, 2)
       if r.st == 'dead' and redis.call('ZREM', deadKey, member) == 1 then
@@ -83,13 +96,30 @@ for _, node in ipairs(reset) do
         stat('f', redis.call('HGET', jobKey, 'q'), -1)
       end
       drop[#drop + 1] = f
+    elseif f == 'xs' or string.find(f, '^x%d') then
+      drop[#drop + 1] = f
+    elseif f == 'hs' then
+      hs = all[k + 1]
+      drop[#drop + 1] = f
+    elseif f == 'h' then
+      h = all[k + 1]
     end
   end
   if #drop > 0 then
     redis.call('HDEL', jobKey, unpack(drop))
   end
   redis.call('PERSIST', jobKey)
-  redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'rl', ',')
+  local fields = { 'st', 'waiting', 'nx', '0', 'rl', ',' }
+  -- The run 'hs' names succeeded on finish_runs' fast path, which writes no entry to 'h'
+  -- ('hs' is the newest run: shard.Store.Runs puts it first): its entry goes in front.
+  local d = tonumber(hs)
+  local last = d and runs['r' .. hs] and run_get(runs['r' .. hs])
+  if last and last.st == 'succeeded' then
+    fields[#fields + 1], fields[#fields + 2] = 'h', hist_push(h, keep,
+      { d = d, s = tonumber(last.sa), e = tonumber(last.ra) or now, w = last.wk, a = last.att, o = 'succeeded' })
+  end
+  redis.call('HSET', jobKey, unpack(fields))
+  results[#results + 1] = 'x:' .. node
   local n = states[node]
   n.st, n.ok, n.bad, n.skip, n.rel, n.en, n.att = 'waiting', 0, 0, 0, '', '', ''
   for p in string.gmatch(redis.call('HGET', wk, 'p:' .. node) or '', '[^,]+') do
@@ -98,6 +128,9 @@ for _, node in ipairs(reset) do
     end
   end
   redis.call('HSET', wk, 's:' .. node, wf_pack(n))
+end
+for k = 1, #results, 1000 do
+  redis.call('HDEL', wk, unpack(results, k, math.min(k + 999, #results)))
 end
 redis.call('PERSIST', wk)
 redis.call('HSET', wk, 'st', 'running', 'left', #reset, 'bad', 0)

@@ -2,7 +2,8 @@
 -- with the instances restored (restore_workflows rebuilds them as it writes instances):
 -- the running instances 'act' keep only the instances that run, the buffered one 'bf'
 -- stays only while it is held, and a buffered instance with no running one left to wait
--- for starts (its roots are released), as it would have when the last one ended.
+-- for starts (its roots are released), as it would have when the last one ended. A hash
+-- left with no instance is deleted (include workflow: it exists only while it holds one).
 --
 -- KEYS[1] buckets  ZSET    index of non-empty due buckets; only routes the call to the
 --                          shard's slot (not read)
@@ -43,7 +44,7 @@ for i = 2, #ARGV do
         started = started + 1
       end
     end
-    redis.call('HSET', dk, 'act', act, 'bf', bf)
+    wf_definition_set(dk, act, bf)
   end
 end
 

@@ -619,7 +619,9 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 // Delete removes a job and all its runs now, whatever its state (delete_job): nothing is
 // kept for the retention, as Cancel keeps a cancelled job. Runs in flight are taken from
 // their workers, which are told on the cancel channel; a worker's later report of one is
-// refused (ErrTokenMismatch). ErrNotFound when there is no such job.
+// refused (ErrTokenMismatch). A scheduled workflow's definition leaves its running
+// instances as they are: they keep to its overlap policy until the last one ends, which
+// deletes the definition's record of them. ErrNotFound when there is no such job.
 func (s *Store) Delete(ctx context.Context, jobID string) error {
 	if err := refuseNode("delete", jobID); err != nil {
 		return err

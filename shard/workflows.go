@@ -201,9 +201,11 @@ func (s *Store) CancelWorkflow(ctx context.Context, wf string) (state job.Workfl
 }
 
 // RetryWorkflow runs a failed or cancelled workflow again from the nodes that did not
-// succeed; the succeeded ones keep their results. A running or succeeded workflow is
-// left as it is (changed false). A node whose job has expired (Config.Retention) makes
-// it an error.
+// succeed; the succeeded ones keep their results. A reset node starts afresh: its job
+// keeps the history of its runs (Runs) but not their results, and the node has no
+// result (NodeResult, ParentResults) until its new run succeeds. A running or succeeded
+// workflow is left as it is (changed false). A node whose job has expired
+// (Config.Retention) makes it an error.
 func (s *Store) RetryWorkflow(ctx context.Context, wf string) (state job.WorkflowState, changed bool, err error) {
 	if err := job.ValidateRef("id", wf, job.MaxWorkflowIDLen); err != nil {
 		return "", false, err

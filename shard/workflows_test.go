@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/internal/redistest"
@@ -742,5 +744,231 @@ func TestWorkflow_Counts(t *testing.T) {
 		for _, q := range qs {
 			require.Equal(t, "default", q.Queue)
 		}
+	})
+}
+
+// A retry starts a reset node afresh: nothing of a run of its earlier attempt passes for
+// its new run. Its job loses 'hs' (the run a fast-path success names) and its kept
+// results ('xs', 'x<due>'), its history keeps the old run, and its result in the
+// workflow goes, so NodeResult has none and a child that runs while the node runs again
+// does not get the old result among its parents'. No retry resets a succeeded node
+// today (the succeeded nodes are kept), so the node's end is turned into a failure by
+// hand: the state such a reset meets (a node whose last run succeeded, with a result).
+// Before the fix, the retry dropped the run field 'hs' named, and Runs failed on it.
+func TestWorkflow_RetryResetsANodesRunData(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		c := b.Client(t)
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "rs", Jobs: []job.Node{
+			node("a"), node("c"), ruled(node("j", "a", "c"), job.RuleOneSuccess)}})
+		require.NoError(t, err)
+		attempt := 1
+		r := &wfRunner{t: t, s: s, wf: "rs",
+			result: func(n string) []byte { return []byte(n + "-" + strconv.Itoa(attempt)) },
+			outcome: func(n string) shard.Outcome {
+				if n == "j" && attempt == 1 {
+					return shard.Failed
+				}
+				return shard.Succeeded
+			}}
+		require.Equal(t, job.WorkflowFailed, r.run(ctx).State)
+		id := s.ShardOf("rs")
+		jobKey := s.Keys().Job(id, "rs@a")
+		old, err := c.Do(ctx, c.B().Hget().Key(jobKey).Field("hs").Build()).ToString()
+		require.NoError(t, err, "a's run succeeded on the ack's fast path")
+		require.Equal(t, []string{"a-1"}, hmget(t, c, jobKey, "x"+old), "with its result")
+		wk := s.Keys().Workflow(id, "rs")
+		st, err := c.Do(ctx, c.B().Hget().Key(wk).Field("s:a").Build()).ToString()
+		require.NoError(t, err)
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(wk).FieldValue().FieldValue("s:a", "failed"+strings.TrimPrefix(st, "succeeded")).Build()).Error())
+		// The new run's due time differs from the old one's.
+		oldDue, err := strconv.ParseInt(old, 10, 64)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			now, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+			require.NoError(t, err)
+			sec, _ := strconv.ParseInt(now[0], 10, 64)
+			usec, _ := strconv.ParseInt(now[1], 10, 64)
+			return sec*1000+usec/1000 > oldDue
+		}, time.Second, time.Millisecond)
+
+		attempt = 2
+		_, changed, err := s.RetryWorkflow(ctx, "rs")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, []string{"", "", ""}, hmget(t, c, jobKey, "hs", "xs", "x"+old), "what the new run owns is reset")
+		runs, err := s.Runs(ctx, "rs@a")
+		require.NoError(t, err)
+		require.Len(t, runs, 1, "the old run stays in the history")
+		require.Equal(t, old, strconv.FormatInt(runs[0].Due.UnixMilli(), 10))
+		require.Equal(t, job.OutcomeSucceeded, runs[0].Outcome)
+		require.Equal(t, 1, runs[0].Attempt)
+		require.Empty(t, runs[0].Result, "without its result")
+		_, ok, err := s.NodeResult(ctx, "rs", "a")
+		require.NoError(t, err)
+		require.False(t, ok, "a reset node has no result")
+		w, err := s.Workflow(ctx, "rs")
+		require.NoError(t, err)
+		for _, n := range w.Nodes {
+			if n.ID == "a" {
+				require.Zero(t, n.ResultSize)
+				require.Equal(t, job.NodeReady, n.State)
+			}
+		}
+		info, err := s.Get(ctx, "rs@a")
+		require.NoError(t, err)
+		require.Equal(t, job.StateReady, info.State)
+		require.True(t, info.Expires.IsZero())
+
+		// j runs again beside a (one_success: c succeeded): its parents' results are c's.
+		claimed, err := s.Claim(ctx, id, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, claimed, 2)
+		parents, err := s.ParentResults(ctx, "rs@j")
+		require.NoError(t, err)
+		require.Equal(t, map[string][]byte{"c": []byte("c-1")}, parents)
+		var fs []shard.Finish
+		for _, run := range claimed {
+			_, n, _ := job.SplitNodeJobID(run.JobID)
+			fs = append(fs, shard.Finish{Member: run.Member, Token: run.Token, Outcome: shard.Succeeded, Result: []byte(n + "-2")})
+		}
+		errs, err := s.FinishRuns(ctx, id, fs)
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		w, err = s.Workflow(ctx, "rs")
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowSucceeded, w.State)
+		res, ok, err := s.NodeResult(ctx, "rs", "a")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, "a-2", string(res))
+		runs, err = s.Runs(ctx, "rs@a")
+		require.NoError(t, err)
+		require.Len(t, runs, 2)
+		require.Equal(t, "a-2", string(runs[0].Result), "the new run, with its result")
+		require.Equal(t, old, strconv.FormatInt(runs[1].Due.UnixMilli(), 10))
+		require.Empty(t, runs[1].Result)
+	})
+}
+
+// A scheduled workflow's definition hash (wfd:) lives while the definition has running
+// or buffered instances, and goes with the last one: deleting the definition leaves its
+// instances running (the buffered one starts when the running one ends) and their ends
+// make no hash again; a cancel or retry of an instance of the deleted definition keeps
+// its bookkeeping only while it runs. Deleting a definition removes an empty hash left by
+// an earlier version.
+func TestWorkflow_DeletedDefinitionLeavesNoHash(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		c := b.Client(t)
+		dk := s.Keys().WorkflowDefinition(0, "gone")
+		exists := func(key string) bool {
+			n, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64()
+			require.NoError(t, err)
+			return n == 1
+		}
+		payload := reviewDef(t, s, "gone", job.OverlapBufferOne)
+		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+		first, err := s.StartInstance(ctx, "gone", t0, payload)
+		require.NoError(t, err)
+		second, err := s.StartInstance(ctx, "gone", t0.Add(24*time.Hour), payload)
+		require.NoError(t, err)
+		require.True(t, second.Held)
+		require.NoError(t, s.Delete(ctx, "gone"))
+		_, err = s.Get(ctx, "gone")
+		require.ErrorIs(t, err, shard.ErrNotFound)
+		require.Equal(t, []string{"," + first.ID + ",", second.ID}, hmget(t, c, dk, "act", "bf"), "kept for the instances")
+
+		r := &wfRunner{t: t, s: s, wf: first.ID}
+		require.Equal(t, 1, r.step(ctx))
+		require.Equal(t, 1, r.step(ctx))
+		w, err := s.Workflow(ctx, first.ID)
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowSucceeded, w.State)
+		w, err = s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.False(t, w.Held, "the buffered instance starts when the running one ends")
+		require.Equal(t, []string{"," + second.ID + ",", ""}, hmget(t, c, dk, "act", "bf"))
+		r = &wfRunner{t: t, s: s, wf: second.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		require.False(t, exists(dk), "the last instance's end deletes it")
+
+		// An instance started after the delete (its definition's run was under way), then
+		// cancelled and retried.
+		third, err := s.StartInstance(ctx, "gone", t0.Add(48*time.Hour), payload)
+		require.NoError(t, err)
+		require.True(t, third.Created)
+		require.True(t, exists(dk))
+		_, _, err = s.CancelWorkflow(ctx, third.ID)
+		require.NoError(t, err)
+		require.False(t, exists(dk), "a cancel ends it as well")
+		_, changed, err := s.RetryWorkflow(ctx, third.ID)
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, []string{"," + third.ID + ",", ""}, hmget(t, c, dk, "act", "bf"), "a retried instance runs under its policy")
+		r = &wfRunner{t: t, s: s, wf: third.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		require.False(t, exists(dk))
+
+		// A live definition's hash goes too when its instances ended, and comes back with
+		// the next.
+		payload = reviewDef(t, s, "live", job.OverlapSkip)
+		live, err := s.StartInstance(ctx, "live", t0, payload)
+		require.NoError(t, err)
+		r = &wfRunner{t: t, s: s, wf: live.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		require.False(t, exists(s.Keys().WorkflowDefinition(0, "live")))
+		next, err := s.StartInstance(ctx, "live", t0.Add(24*time.Hour), payload)
+		require.NoError(t, err)
+		require.True(t, next.Created)
+		require.Equal(t, []string{"," + next.ID + ",", ""}, hmget(t, c, s.Keys().WorkflowDefinition(0, "live"), "act", "bf"))
+
+		// An empty hash an earlier version left behind goes with its definition.
+		reviewDef(t, s, "old", job.OverlapSkip)
+		oldKey := s.Keys().WorkflowDefinition(0, "old")
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(oldKey).FieldValue().FieldValue("act", ",").FieldValue("bf", "").Build()).Error())
+		require.NoError(t, s.Delete(ctx, "old"))
+		require.False(t, exists(oldKey))
+	})
+}
+
+// hmget returns the fields of hash key, "" for a missing one.
+func hmget(t *testing.T, c rueidis.Client, key string, fields ...string) []string {
+	t.Helper()
+	vs, err := c.Do(context.Background(), c.B().Hmget().Key(key).Field(fields...).Build()).ToArray()
+	require.NoError(t, err)
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i], _ = v.ToString()
+	}
+	return out
+}
+
+// SettleDefinitions deletes a definition's hash that is left with no instance (one it
+// listed had ended), as the scripts that end instances do.
+func TestSettleDefinitions_DeletesAnEmptyHash(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		c := b.Client(t)
+		payload := reviewDef(t, s, "st", job.OverlapBufferOne)
+		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+		ended, err := s.StartInstance(ctx, "st", t0, payload)
+		require.NoError(t, err)
+		r := &wfRunner{t: t, s: s, wf: ended.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		// As a restore leaves it when an instance it joined ended before the settling.
+		dk := s.Keys().WorkflowDefinition(0, "st")
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(dk).FieldValue().FieldValue("act", ","+ended.ID+",").FieldValue("bf", "").Build()).Error())
+		started, err := s.SettleDefinitions(ctx, 0, []string{"st"})
+		require.NoError(t, err)
+		require.Zero(t, started)
+		n, err := c.Do(ctx, c.B().Exists().Key(dk).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n)
 	})
 }

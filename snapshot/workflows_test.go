@@ -232,6 +232,55 @@ func TestExportRestore_ScheduledInstances(t *testing.T) {
 	})
 }
 
+// The instances of a definition deleted before the export come back with their
+// definition's hash (the running one and the buffered one), which goes when the last of
+// them ends: a restore leaves no hash of a definition that is gone.
+func TestExportRestore_DeletedDefinitionsInstances(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx := ctxT(t)
+		rc := b.Client(t)
+		src := open(t, b, rc, shard.Config{Shards: 2})
+		t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		_, err := src.CreateWorkflow(ctx, &job.Workflow{ID: "del", Jobs: []job.Node{wfNode("a", "q-del", "")},
+			Schedule: &job.Schedule{Cron: "0 3 * * *"}, Overlap: job.OverlapBufferOne})
+		require.NoError(t, err)
+		info, err := src.Get(ctx, "del")
+		require.NoError(t, err)
+		first, err := src.StartInstance(ctx, "del", t0, info.Payload)
+		require.NoError(t, err)
+		second, err := src.StartInstance(ctx, "del", t0.Add(24*time.Hour), info.Payload)
+		require.NoError(t, err)
+		require.True(t, second.Held)
+		require.NoError(t, src.Delete(ctx, "del"))
+
+		bk, _ := dirBucket(t)
+		m, err := snapshot.Export(ctx, src, bk, snapshot.ExportOptions{})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), m.Workflows)
+		dst := open(t, b, rc, shard.Config{Shards: 3})
+		_, err = snapshot.Restore(ctx, dst, bk, m.ID, snapshot.ReadOptions{})
+		require.NoError(t, err)
+		_, err = dst.Get(ctx, "del")
+		require.ErrorIs(t, err, shard.ErrNotFound)
+		id := dst.ShardOf("del")
+		dk := dst.Keys().WorkflowDefinition(id, "del")
+		d, err := rc.Do(ctx, rc.B().Hmget().Key(dk).Field("act", "bf").Build()).AsStrSlice()
+		require.NoError(t, err)
+		require.Equal(t, []string{"," + first.ID + ",", second.ID}, d, "rebuilt from the instances")
+
+		finishOne(t, dst, claimOne(t, dst, first.ID, "q-del"), shard.Succeeded, "")
+		w, err := dst.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.False(t, w.Held, "the buffered instance starts when the running one ends")
+		finishOne(t, dst, claimOne(t, dst, second.ID, "q-del"), shard.Succeeded, "")
+		n, err := rc.Do(ctx, rc.B().Exists().Key(dk).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "the last instance's end deletes the hash")
+		shardtest.CheckCounts(t, dst)
+	})
+}
+
 // Format 1 snapshots (jobs only) are read still; a snapshot's workflow counts are
 // checked like its job counts.
 func TestVerify_WorkflowFormats(t *testing.T) {

@@ -28,7 +28,10 @@
 --   P..'stats'     'w:created', 'w:retried' and 'w:<end state>' count workflows started
 --                  and ended on the shard (the caller flushes them: flush_stats)
 --   P..'wfd:'..def HASH  a scheduled workflow's instances: 'act' the running instances
---                        (",i1,i2,"), 'bf' the buffered one (overlap buffer_one)
+--                        (",i1,i2,"), 'bf' the buffered one (overlap buffer_one). It
+--                        exists only while it holds one (wf_definition_set deletes it
+--                        empty), so a deleted definition's goes when its last instance
+--                        ends; delete_job deletes an empty one a definition left
 --
 -- A node's job hash is made 'waiting' (no run) and gets its one run when released
 -- (wf_release). A node that will not run ends its job 'cancelled' with a history entry
@@ -148,10 +151,22 @@ local function wf_hold_release(P, wk, wf, nowStr)
   end
 end
 
+-- wf_definition_set writes a definition's running instances act and buffered one bf to
+-- its hash dk, or deletes the hash when it holds neither: the hash lives while the
+-- definition has instances, so that a deleted definition's goes with its last one.
+local function wf_definition_set(dk, act, bf)
+  if runs_active(act) or (bf and bf ~= '') then
+    redis.call('HSET', dk, 'act', act, 'bf', bf or '')
+  else
+    redis.call('DEL', dk)
+  end
+end
+
 -- wf_finished ends workflow wf, every node of which has ended: cancelled when it was
 -- cancelled, failed when a node failed, was cancelled or upstream_failed, else
 -- succeeded. A scheduled instance leaves its definition's active set, and the buffered
--- instance, if any, starts.
+-- instance, if any, starts; the definition's hash goes once it holds no instance (its
+-- definition may have been deleted meanwhile: none is made again).
 local function wf_finished(P, wk, wf, now, nowStr, retention)
   local w = redis.call('HMGET', wk, 'st', 'bad')
   local st = w[1]
@@ -166,16 +181,16 @@ local function wf_finished(P, wk, wf, now, nowStr, retention)
   if def then
     local dk = P .. 'wfd:' .. def
     local d = redis.call('HMGET', dk, 'act', 'bf')
-    local act = rl_del(d[1] or ',', wf)
-    if d[2] == wf then
+    local act, bf = rl_del(d[1] or ',', wf), d[2] or ''
+    if bf == wf then
       -- The buffered instance itself ended (cancelled before it started).
-      redis.call('HSET', dk, 'bf', '')
-    elseif d[2] and d[2] ~= '' and not runs_active(act) then
-      act = rl_add(act, d[2])
-      redis.call('HSET', dk, 'bf', '')
-      wf_hold_release(P, P .. 'wf:' .. d[2], d[2], nowStr)
+      bf = ''
+    elseif bf ~= '' and not runs_active(act) then
+      act = rl_add(act, bf)
+      wf_hold_release(P, P .. 'wf:' .. bf, bf, nowStr)
+      bf = ''
     end
-    redis.call('HSET', dk, 'act', act)
+    wf_definition_set(dk, act, bf)
   end
 end
 
