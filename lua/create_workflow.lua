@@ -24,11 +24,12 @@
 --               the packed form's keys (include packed)
 --
 -- A node's job hash is made 'waiting'; a root gets its run at once (ready), unless the
--- instance is held (overlap buffer_one behind a running instance). A released root's
--- job is packed (unless pack is '0', or its priority is no digit, as in create_jobs):
--- its claim and its ack are then those of a packed job, and the end of its run moves
--- the workflow as a job hash's does (finish_runs). Any other change thaws it (include
--- packed); a node that waits is a job hash.
+-- instance is held (overlap buffer_one behind a running instance). A released node's
+-- job is packed (unless pack is '0', or its priority is no digit, as in create_jobs; a
+-- root here, any other when released: include workflow's wf_release): its claim and its
+-- ack are then those of a packed job, and the end of its run moves the workflow as a
+-- job hash's does (finish_runs). Any other change thaws it (include packed); a node that
+-- waits is a job hash.
 --
 -- Returns: { status, state, dh, queues }
 --   status 1 created, 0 the id existed (state and dh are the existing workflow's),
@@ -71,8 +72,6 @@ packed_reset()
 local names = {}
 -- The workflow hash's node fields, written at once after the loop.
 local writes = {}
--- The packed roots' ids: a run state left by an earlier workflow of this id goes.
-local packedIds = {}
 local i = 8
 for c = 1, n do
   local node, rule, parents, children, ndh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -104,7 +103,6 @@ for c = 1, n do
     end
     if pack and (pri == '' or PRI_DIGIT[pri]) then
       packed_add(id, nowStr, q, pri, now, nowStr, ndh, ARGV, defStart, defEnd)
-      packedIds[#packedIds + 1] = id
     else
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',' .. nowStr .. ',',
         unpack(ARGV, defStart, defEnd))
@@ -122,14 +120,28 @@ for c = 1, n do
   writes[k + 1], writes[k + 2], writes[k + 3], writes[k + 4] = 'p:' .. node, parents, 'c:' .. node, children
 end
 wf_hset(wk, writes)
-packed_flush(P)
-for k = 1, #packedIds, 6000 do
-  redis.call('HDEL', P .. PACKED_RUNS, unpack(packedIds, k, math.min(k + 5999, #packedIds)))
+-- A packed job or run state left by an earlier workflow of this id goes (as its job
+-- hashes did above), before the roots are packed.
+if pack then
+  for k = 1, n, 3000 do
+    local last = math.min(k + 2999, n)
+    local ids = {}
+    for c = k, last do
+      ids[#ids + 1] = wf .. '@' .. names[c]
+    end
+    redis.call('HDEL', P .. PACKED, unpack(ids))
+    redis.call('HDEL', P .. PACKED_RUNS, unpack(ids))
+  end
 end
+packed_flush(P)
 redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', n, 'bad', 0,
   'nodes', table.concat(names, ','))
 if hold then
   redis.call('HSET', wk, 'hold', '1')
+end
+if pack then
+  -- Its nodes' jobs are packed as they are released (include workflow's wf_release).
+  redis.call('HSET', wk, 'pk', '1')
 end
 if def ~= '' then
   -- A retry checks it against the definition's other instances (retry_workflow).

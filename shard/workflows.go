@@ -320,21 +320,34 @@ func (s *Store) Workflow(ctx context.Context, wf string) (*WorkflowInfo, error) 
 	return info, nil
 }
 
-// nodeRuns fills the state and attempts of released nodes from their jobs' runs.
+// nodeRuns fills the state and attempts of released nodes from their jobs' runs: a job
+// hash's, or a packed job's run state (lua/include/packed.lua: none while it is ready,
+// "R|…" while its first attempt runs).
 func (s *Store) nodeRuns(ctx context.Context, id ID, nodes []NodeInfo, released []int) error {
-	cmds := make(rueidis.Commands, len(released))
-	for k, i := range released {
+	cmds := make(rueidis.Commands, 0, 2*len(released))
+	for _, i := range released {
 		n := &nodes[i]
-		cmds[k] = s.c.B().Hmget().Key(s.keys.Job(id, n.JobID)).Field("st", "r"+strconv.FormatInt(n.ReleasedAt.UnixMilli(), 10)).Build()
+		cmds = append(cmds,
+			s.c.B().Hmget().Key(s.keys.Job(id, n.JobID)).Field("st", "r"+strconv.FormatInt(n.ReleasedAt.UnixMilli(), 10)).Build(),
+			s.c.B().Hget().Key(s.keys.PackedRuns(id)).Field(n.JobID).Build())
 	}
-	for k, r := range s.c.DoMulti(ctx, cmds...) {
-		v, err := r.ToArray()
+	replies := s.c.DoMulti(ctx, cmds...)
+	for k := range released {
+		v, err := replies[2*k].ToArray()
 		if err != nil {
+			return err
+		}
+		packed, err := replies[2*k+1].ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
 			return err
 		}
 		n := &nodes[released[k]]
 		st, _ := v[0].ToString()
 		run, _ := v[1].ToString()
+		if st == "" && strings.HasPrefix(packed, "R|") {
+			n.State, n.Attempts = job.NodeRunning, 1
+			continue
+		}
 		switch st {
 		case "running", "retrying":
 			n.State = job.NodeState(st)

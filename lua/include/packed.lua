@@ -161,16 +161,30 @@ end
 -- packed_flush: id, value, ...
 local packedAdds
 
--- packed_add stores job id, created at nowStr and due at due (ms; dueStr as a string),
--- of queue q and priority pri (as sent), packed: the fields between defStart and defEnd
--- of argv are its definition. The caller files its run (plain_add when scheduled).
+-- packed_value is the packed value of job id, created at nowStr and due at due (ms;
+-- dueStr as a string), of queue q and priority pri (as sent): the fields between
+-- defStart and defEnd of argv are its definition.
+local function packed_value(id, nowStr, q, pri, due, dueStr, dh, argv, defStart, defEnd)
+  return nowStr .. '|' .. (def_of('vt', argv, defStart, defEnd) or '') .. '|' .. q .. '|' .. pri .. '|' ..
+    record_encode(id, due, dueStr, 0, due, dh, argv, defStart, defEnd)
+end
+
+-- packed_add stores job id packed (packed_value's arguments), written by packed_flush.
+-- The caller files its run (plain_add when scheduled).
 local function packed_add(id, nowStr, q, pri, due, dueStr, dh, argv, defStart, defEnd)
   if not packedAdds then
     packedAdds = { as_table() }
   end
   local k = #packedAdds
-  packedAdds[k + 1], packedAdds[k + 2] = id, nowStr .. '|' .. (def_of('vt', argv, defStart, defEnd) or '') .. '|' .. q .. '|' .. pri .. '|' ..
-    record_encode(id, due, dueStr, 0, due, dh, argv, defStart, defEnd)
+  packedAdds[k + 1], packedAdds[k + 2] = id, packed_value(id, nowStr, q, pri, due, dueStr, dh, argv, defStart, defEnd)
+end
+
+-- packed_put stores a packed job at once, as packed_add and packed_flush would: created
+-- at crStr, due at due (ms; dueStr as a string), its definition the fields of list def
+-- (name, value, ...). The caller files its run.
+local function packed_put(P, id, crStr, q, pri, due, dueStr, dh, def)
+  local t, v = as_table()
+  redis.call('HSET', P .. PACKED, t, v, id, packed_value(id, crStr, q, pri, due, dueStr, dh, def, 1, #def))
 end
 
 -- packed_flush writes the jobs packed_add collected. Both hashes are hash tables from

@@ -12,6 +12,7 @@
 --              upstream_failed
 --     'nodes'  the node ids in submission order, comma separated
 --     'ov'     a scheduled instance's overlap policy (retry_workflow checks it)
+--     'pk'     '1' when its nodes' jobs are packed as they are released (wf_release)
 --     'hold'   '1' while a buffered instance waits for its definition's active one
 --              (overlap buffer_one): its roots are released when that one ends
 --     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
@@ -38,6 +39,7 @@
 -- saying why. A workflow hash expires `retention` after the workflow ends, never before
 -- its nodes' jobs (which expire `retention` after each ends).
 --- @include "common"
+--- @include "packed"
 
 local WF_NODE = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$'
 
@@ -104,15 +106,59 @@ local function wf_decide(n)
   return nil
 end
 
--- wf_release gives node job id its one run, due now, unless the job is not waiting.
-local function wf_release(P, id, nowStr)
+-- The job hash fields of a waiting node's job that are not its definition and that it
+-- has only after a run (a retried node's): such a job is not packed when released.
+local WF_RUN_FIELDS = { h = true, hs = true, xs = true, bf = true }
+
+-- wf_release gives node job id its one run, due now, unless the job is not waiting. With
+-- pack (the workflow's 'pk': create_workflow's pack), a job that never ran is packed as
+-- it goes (include packed, as create_jobs packs a one-time job due now): its claim and
+-- ack are then those of a packed job. A retried one stays a job hash, with its history.
+local function wf_release(P, id, nowStr, pack)
   local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
-  if j[1] ~= 'waiting' then
+  if not pack then
+    local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
+    if j[1] ~= 'waiting' then
+      return
+    end
+    new_run(id, nowStr, j[2], j[3])
+    redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
     return
   end
-  new_run(id, nowStr, j[2], j[3])
-  redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
+  local all = redis.call('HGETALL', jobKey)
+  local st, cr, dh, q, pri = nil, nowStr, '', '', ''
+  local def, fresh = {}, true
+  for k = 1, #all, 2 do
+    local f, v = all[k], all[k + 1]
+    if f == 'st' then
+      st = v
+    elseif f == 'cr' then
+      cr = v
+    elseif f == 'dh' then
+      dh = v
+    elseif f == 'nx' or f == 'rl' then
+      -- The job's state, not its definition.
+    elseif WF_RUN_FIELDS[f] or string.find(f, '^[rx]%d') then
+      fresh = false
+    else
+      def[#def + 1], def[#def + 2] = f, v
+      if f == 'q' then
+        q = v
+      elseif f == 'pr' then
+        pri = v
+      end
+    end
+  end
+  if st ~= 'waiting' then
+    return
+  end
+  new_run(id, nowStr, q, pri)
+  if fresh and (pri == '' or PRI_DIGIT[pri]) then
+    redis.call('DEL', jobKey)
+    packed_put(P, id, cr, q, pri, tonumber(nowStr), nowStr, dh, def)
+  else
+    redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
+  end
 end
 
 -- wf_end_job ends a node's job that will not run (still waiting, no run): cancelled,
@@ -140,13 +186,14 @@ end
 -- wf_hold_release releases the roots of a held (buffered) instance.
 local function wf_hold_release(P, wk, wf, nowStr)
   redis.call('HDEL', wk, 'hold')
-  for node in string.gmatch(redis.call('HGET', wk, 'nodes') or '', '[^,]+') do
+  local w = redis.call('HMGET', wk, 'nodes', 'pk')
+  for node in string.gmatch(w[1] or '', '[^,]+') do
     local f = 's:' .. node
     local n = wf_get(redis.call('HGET', wk, f))
     if n and n.st == 'waiting' and n.np == 0 then
       n.st, n.rel = 'released', nowStr
       redis.call('HSET', wk, f, wf_pack(n))
-      wf_release(P, wf .. '@' .. node, nowStr)
+      wf_release(P, wf .. '@' .. node, nowStr, w[2] == '1')
     end
   end
 end
@@ -224,7 +271,8 @@ end
 -- write at the end (a state changed during the call is read from what will be written).
 local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, result)
   local fs = 's:' .. node
-  local v = redis.call('HMGET', wk, fs, 'c:' .. node)
+  local v = redis.call('HMGET', wk, fs, 'c:' .. node, 'pk')
+  local pack = v[3] == '1'
   -- Only the node's own state, its end and its attempts change: the rest is kept as is.
   local cur, mid, oldAtt = string.match(v[1] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
   if cur ~= 'waiting' and cur ~= 'released' then
@@ -272,7 +320,7 @@ local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, r
         local d = wf_decide(c)
         if d == 'run' then
           c.st, c.rel = 'released', nowStr
-          wf_release(P, wf .. '@' .. child, nowStr)
+          wf_release(P, wf .. '@' .. child, nowStr, pack)
         elseif d then
           c.st, c.en = d, nowStr
           ended = ended + 1
