@@ -263,12 +263,14 @@ func (c *Client) Workflow(ctx context.Context, id string) (*shard.WorkflowInfo, 
 	return c.store.Workflow(ctx, id)
 }
 
-// ListWorkflows pages through the namespace's workflows, only those in state when it is
-// not empty; limit is the page size (0: 100, at most 1000). Follow Next until it is
-// empty: a page may hold fewer workflows, even none, before that. Scheduled workflows'
-// definitions are jobs of queue job.WorkflowQueue and type job.WorkflowType (List).
-func (c *Client) ListWorkflows(ctx context.Context, state job.WorkflowState, cursor string, limit int) (shard.WorkflowPage, error) {
-	return c.store.ListWorkflows(ctx, state, cursor, limit)
+// ListWorkflows pages through the namespace's workflows, those in f.State and whose id
+// starts with f.Prefix when they are not empty (`<def>@` lists the instances of
+// scheduled workflow def); f.Limit is about the page size (0: 100, at most 1000). Follow
+// Next until it is empty: a page may hold fewer workflows, even none, before that
+// (shard.Store.ListWorkflows). Scheduled workflows' definitions are jobs of queue
+// job.WorkflowQueue and type job.WorkflowType (List).
+func (c *Client) ListWorkflows(ctx context.Context, f shard.WorkflowFilter) (shard.WorkflowPage, error) {
+	return c.store.ListWorkflows(ctx, f)
 }
 
 // CancelWorkflow cancels a running workflow at once: its nodes that did not end are

@@ -95,10 +95,10 @@ func TestClient_Workflows(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, job.WorkflowRunning, info.State)
 		require.Equal(t, "a", info.Nodes[0].ID)
-		page, err := tb.client.ListWorkflows(ctx, job.WorkflowRunning, "", 0)
+		page, err := tb.client.ListWorkflows(ctx, shard.WorkflowFilter{State: job.WorkflowRunning})
 		require.NoError(t, err)
 		for page.Next != "" {
-			more, err := tb.client.ListWorkflows(ctx, job.WorkflowRunning, page.Next, 0)
+			more, err := tb.client.ListWorkflows(ctx, shard.WorkflowFilter{State: job.WorkflowRunning, Cursor: page.Next})
 			require.NoError(t, err)
 			page.Workflows = append(page.Workflows, more.Workflows...)
 			page.Next = more.Next

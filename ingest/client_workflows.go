@@ -33,14 +33,20 @@ func (c *Client) Workflow(ctx context.Context, id string) (Workflow, error) {
 	return w, err
 }
 
-// ListWorkflows returns one page of workflows (GET /v1/workflows). state filters when not
-// empty (running, succeeded, failed, cancelled; scheduled lists the scheduled
-// definitions), limit 0 takes the server's default, cursor "" starts. The listing is
+// ListWorkflows returns one page of workflows (GET /v1/workflows), those f selects:
+// f.State (running, succeeded, failed, cancelled; scheduled lists the scheduled
+// definitions) and f.Prefix of the id (`<def>@`: the instances of definition def) filter
+// when not empty. limit 0 takes the server's default, cursor "" starts. The listing is
 // complete when WorkflowList.NextCursor is empty; a page may hold fewer than limit
-// workflows before that.
-func (c *Client) ListWorkflows(ctx context.Context, state string, limit int, cursor string) (WorkflowList, error) {
+// workflows, even none, before that. A prefix no workflow id could start with is a 400
+// APIError whose Detail.Field is "prefix".
+func (c *Client) ListWorkflows(ctx context.Context, f WorkflowFilter, limit int, cursor string) (WorkflowList, error) {
 	var l WorkflowList
-	_, err := c.do(ctx, http.MethodGet, "/v1/workflows", pageQuery("", state, limit, cursor), nil, nil, &l)
+	q := pageQuery("", f.State, limit, cursor)
+	if f.Prefix != "" {
+		q.Set("prefix", f.Prefix)
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/workflows", q, nil, nil, &l)
 	return l, err
 }
 

@@ -103,8 +103,10 @@ type WorkflowCreated struct {
 	Nodes     int    `json:"nodes"`
 }
 
-// WorkflowSummary is one workflow of GET /v1/workflows: Nodes in all, Left not ended. A
-// scheduled definition (state=scheduled) has Schedule and NextRunAt instead.
+// WorkflowSummary is one workflow of GET /v1/workflows: Nodes in all, Left not ended;
+// Held for a scheduled instance that waits for its definition's running one (overlap
+// buffer_one). A scheduled definition (state=scheduled) has Schedule and NextRunAt
+// instead.
 type WorkflowSummary struct {
 	ID        string     `json:"id"`
 	State     string     `json:"state"`
@@ -112,15 +114,31 @@ type WorkflowSummary struct {
 	Left      int        `json:"left"`
 	CreatedAt *time.Time `json:"created_at,omitempty"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Held      bool       `json:"held,omitempty"`
 	Schedule  *Schedule  `json:"schedule,omitempty"`
 	JobState  string     `json:"job_state,omitempty"`
 	NextRunAt *time.Time `json:"next_run_at,omitempty"`
 }
 
-// WorkflowList is the reply of GET /v1/workflows, a page at a time: the listing is
-// complete when NextCursor is empty (a page may hold fewer than limit workflows, even
-// none, before that). Without a state filter it holds workflows and instances;
-// state=scheduled lists the scheduled definitions.
+// WorkflowFilter selects workflows for Client.ListWorkflows (GET /v1/workflows); empty
+// fields match all.
+type WorkflowFilter struct {
+	// State is running, succeeded, failed or cancelled; scheduled lists the scheduled
+	// definitions instead of workflows and instances.
+	State string
+	// Prefix keeps the workflows whose id starts with it: `<def>@` lists the instances
+	// of scheduled workflow def, running, held and ended alike.
+	Prefix string
+}
+
+// WorkflowList is the reply of GET /v1/workflows, a page at a time; workflows and
+// instances are sorted by id within a page (the listing scans Redis: there is no order
+// across pages). The listing is
+// complete when NextCursor is empty, never before; a page may hold fewer than limit
+// workflows, even none, before that (a page does a bounded amount of work, and a prefix
+// or state filter keeps what matches), or a few more (a scan batch is never split).
+// Without a state filter it holds workflows and instances; state=scheduled lists the
+// scheduled definitions.
 type WorkflowList struct {
 	Workflows  []WorkflowSummary `json:"workflows"`
 	NextCursor string            `json:"next_cursor,omitempty"`

@@ -365,8 +365,9 @@ func encodeWorkflow(w *job.Workflow) *WorkflowRequest {
 var workflowStates = []job.WorkflowState{job.WorkflowRunning, job.WorkflowSucceeded, job.WorkflowFailed,
 	job.WorkflowCancelled, job.WorkflowScheduled}
 
-// listWorkflows serves GET /v1/workflows?state=&limit=&cursor=: the workflows and
-// instances, or with state=scheduled the scheduled definitions.
+// listWorkflows serves GET /v1/workflows?state=&prefix=&limit=&cursor=: the workflows
+// and instances, or with state=scheduled the scheduled definitions; prefix keeps those
+// whose id starts with it (`<def>@`: the instances of definition def).
 func (s *Server) listWorkflows(ctx *fasthttp.RequestCtx, _ string) {
 	args := ctx.QueryArgs()
 	if q := args.Peek("queue"); len(q) > 0 {
@@ -383,17 +384,27 @@ func (s *Server) listWorkflows(ctx *fasthttp.RequestCtx, _ string) {
 		writeError(ctx, invalid("state", "must be running, succeeded, failed, cancelled or scheduled, got "+strconv.Quote(string(state))))
 		return
 	}
+	prefix := string(args.Peek("prefix"))
+	if err := job.ValidateWorkflowPrefix("prefix", prefix); err != nil {
+		writeError(ctx, normalizeError(err))
+		return
+	}
 	rc, cancel := s.rctx(ctx)
 	defer cancel()
 	out := WorkflowList{Workflows: []WorkflowSummary{}}
 	if state == job.WorkflowScheduled {
+		if strings.IndexByte(prefix, job.NodeSep) >= 0 {
+			// A definition's id has no '@': none matches, and the listing is complete.
+			writeJSON(ctx, fasthttp.StatusOK, &out)
+			return
+		}
 		page, err := s.store.List(rc, shard.ListFilter{Queue: job.WorkflowQueue, Limit: limit, Cursor: cursor})
 		if err != nil {
 			s.storeError(ctx, "workflows", err)
 			return
 		}
 		for _, info := range page.Jobs {
-			if info.Type != job.WorkflowType {
+			if info.Type != job.WorkflowType || !strings.HasPrefix(info.ID, prefix) {
 				continue
 			}
 			d := wireDefinition(info)
@@ -408,14 +419,14 @@ func (s *Server) listWorkflows(ctx *fasthttp.RequestCtx, _ string) {
 		writeJSON(ctx, fasthttp.StatusOK, &out)
 		return
 	}
-	page, err := s.store.ListWorkflows(rc, state, cursor, limit)
+	page, err := s.store.ListWorkflows(rc, shard.WorkflowFilter{State: state, Prefix: prefix, Limit: limit, Cursor: cursor})
 	if err != nil {
 		s.storeError(ctx, "workflows", err)
 		return
 	}
 	for _, w := range page.Workflows {
 		out.Workflows = append(out.Workflows, WorkflowSummary{ID: w.ID, State: string(w.State), Nodes: w.Nodes,
-			Left: w.Left, CreatedAt: timePtr(w.CreatedAt), EndedAt: timePtr(w.EndedAt)})
+			Left: w.Left, CreatedAt: timePtr(w.CreatedAt), EndedAt: timePtr(w.EndedAt), Held: w.Held})
 	}
 	out.NextCursor = page.Next
 	writeJSON(ctx, fasthttp.StatusOK, &out)

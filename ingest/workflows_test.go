@@ -3,6 +3,8 @@ package ingest_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,6 +292,100 @@ func TestWorkflows_List(t *testing.T) {
 	})
 }
 
+// GET /v1/workflows?prefix=: the workflows whose id starts with it; `<def>@` lists the
+// instances of a definition, a held one too, with state=scheduled the definitions. A
+// prefix no workflow id could start with is a 400 naming prefix.
+func TestWorkflows_ListByPrefix(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		tb := setup(t, b, ingest.Config{})
+		ctx := t.Context()
+		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+		var instances []string
+		for _, def := range []string{"nightly", "nightly-x"} {
+			tb.do("POST", "/v1/workflows", []byte(`{"id":"`+def+`","jobs":[{"id":"a","type":"t"}],"schedule":{"cron":"0 3 * * *"},"overlap":"buffer_one"}`)).requireStatus(t, 201)
+			info, err := tb.store.Get(ctx, def)
+			require.NoError(t, err)
+			for k := range 2 {
+				r, err := tb.store.StartInstance(ctx, def, t0.Add(time.Duration(k)*24*time.Hour), info.Payload)
+				require.NoError(t, err)
+				instances = append(instances, r.ID)
+			}
+		}
+		tb.do("POST", "/v1/workflows", []byte(`{"id":"nightlyz","jobs":[{"id":"a","type":"t"}]}`)).requireStatus(t, 201)
+		tb.do("POST", "/v1/workflows", []byte(`{"id":"other","jobs":[{"id":"a","type":"t"}]}`)).requireStatus(t, 201)
+
+		list := func(query string) map[string]ingest.WorkflowSummary {
+			t.Helper()
+			out := map[string]ingest.WorkflowSummary{}
+			cursor := ""
+			for i := 0; ; i++ {
+				require.Less(t, i, 100)
+				var l ingest.WorkflowList
+				tb.doJSON("GET", "/v1/workflows?limit=1"+query+"&cursor="+cursor, nil, &l).requireStatus(t, 200)
+				for _, w := range l.Workflows {
+					out[w.ID] = w
+				}
+				if cursor = l.NextCursor; cursor == "" {
+					return out
+				}
+			}
+		}
+		ids := func(m map[string]ingest.WorkflowSummary) []string {
+			out := slices.Collect(maps.Keys(m))
+			slices.Sort(out)
+			return out
+		}
+		got := list("&prefix=nightly@")
+		require.Equal(t, instances[:2], ids(got))
+		require.Equal(t, "running", got[instances[0]].State)
+		require.False(t, got[instances[0]].Held)
+		require.Equal(t, "running", got[instances[1]].State)
+		require.True(t, got[instances[1]].Held, "held: it waits for the running one (buffer_one)")
+		require.Equal(t, instances[:2], ids(list("&prefix=nightly%40")), "'@' encoded")
+		require.Equal(t, instances[1:2], ids(list("&prefix="+instances[1])))
+		require.ElementsMatch(t, append(slices.Clone(instances), "nightlyz"), ids(list("&prefix=nightly")))
+		require.Equal(t, instances[2:], ids(list("&prefix=nightly-x@&state=running")))
+		require.Empty(t, list("&prefix=nightly@&state=succeeded"))
+		require.Equal(t, []string{"nightly", "nightly-x"}, ids(list("&prefix=nightly&state=scheduled")))
+		require.Equal(t, []string{"nightly-x"}, ids(list("&prefix=nightly-&state=scheduled")))
+		var l ingest.WorkflowList
+		tb.doJSON("GET", "/v1/workflows?state=scheduled&prefix=nightly@", nil, &l).requireStatus(t, 200)
+		require.Equal(t, ingest.WorkflowList{Workflows: []ingest.WorkflowSummary{}}, l, "no definition's id has '@': complete at once")
+
+		for bad, msg := range map[string]string{
+			"@":                     "no workflow id starts with '@'",
+			"a@b":                   "after '@' an instance's id has only digits",
+			"a@1@":                  "no workflow id has two '@'s",
+			"a%20b":                 "character ' ' at 1 is in no workflow id",
+			"x*":                    "character '*' at 1 is in no workflow id",
+			"x%2F":                  "character '/' at 1 is in no workflow id",
+			strings.Repeat("x", 65): "65 bytes is longer than any workflow id (at most 64)",
+		} {
+			for _, state := range []string{"", "&state=scheduled"} {
+				e := tb.do("GET", "/v1/workflows?prefix="+bad+state, nil).requireError(t, 400, ingest.CodeInvalid, "prefix")
+				require.Contains(t, e.Message, msg, bad)
+			}
+		}
+
+		// The Go client.
+		c := tb.client("")
+		cl, err := c.ListWorkflows(ctx, ingest.WorkflowFilter{Prefix: "nightly-x@"}, 0, "")
+		require.NoError(t, err)
+		for cl.NextCursor != "" {
+			more, err := c.ListWorkflows(ctx, ingest.WorkflowFilter{Prefix: "nightly-x@"}, 0, cl.NextCursor)
+			require.NoError(t, err)
+			cl.Workflows, cl.NextCursor = append(cl.Workflows, more.Workflows...), more.NextCursor
+		}
+		require.Len(t, cl.Workflows, 2)
+		_, err = c.ListWorkflows(ctx, ingest.WorkflowFilter{Prefix: "@x"}, 0, "")
+		var ae *ingest.APIError
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, 400, ae.Status)
+		require.Equal(t, "prefix", ae.Detail.Field)
+	})
+}
+
 // A scheduled workflow: its definition is created, read, paused, resumed, triggered
 // (its instance, "<id>@<due ms>", is addressable) and deleted through the workflow
 // routes; its id and a workflow's without a schedule never name both.
@@ -545,10 +641,10 @@ func TestClient_Workflows(t *testing.T) {
 		got, err := c.Workflow(ctx, "cw")
 		require.NoError(t, err)
 		require.Len(t, got.Nodes, 2)
-		l, err := c.ListWorkflows(ctx, "running", 0, "")
+		l, err := c.ListWorkflows(ctx, ingest.WorkflowFilter{State: "running"}, 0, "")
 		require.NoError(t, err)
 		for l.NextCursor != "" {
-			more, err := c.ListWorkflows(ctx, "running", 0, l.NextCursor)
+			more, err := c.ListWorkflows(ctx, ingest.WorkflowFilter{State: "running"}, 0, l.NextCursor)
 			require.NoError(t, err)
 			l.Workflows = append(l.Workflows, more.Workflows...)
 			l.NextCursor = more.NextCursor

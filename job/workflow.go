@@ -321,3 +321,46 @@ func (w *Workflow) Children() map[string][]string {
 
 // String names a workflow in messages.
 func (w *Workflow) String() string { return fmt.Sprintf("workflow %q", w.ID) }
+
+// ValidateWorkflowPrefix checks p as a prefix of workflow ids, which a listing filters
+// on: it must be what some workflow's id could start with. A workflow's id is 1 to
+// MaxWorkflowIDLen bytes of [A-Za-z0-9._~-]; a scheduled workflow's instance's is its
+// definition's id (ValidateID, at most MaxScheduledWorkflowIDLen bytes), '@' and its due
+// time in ms (digits, before MaxAt). "" is no filter. The error is a *FieldError naming field.
+func ValidateWorkflowPrefix(field, p string) error {
+	if len(p) > MaxWorkflowIDLen {
+		return fieldErr(field, "%d bytes is longer than any workflow id (at most %d)", len(p), MaxWorkflowIDLen)
+	}
+	def, due, instance := strings.Cut(p, string(NodeSep))
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-' || c == NodeSep) {
+			return fieldErr(field, "%q: character %q at %d is in no workflow id (A-Z a-z 0-9 . _ ~ -, and '@' in an instance's)", p, c, i)
+		}
+	}
+	if !instance {
+		return nil
+	}
+	switch {
+	case def == "":
+		return fieldErr(field, "%q: no workflow id starts with '@' (an instance's is <definition id>@<due ms>)", p)
+	case strings.IndexByte(due, NodeSep) >= 0:
+		return fieldErr(field, "%q: no workflow id has two '@'s (an instance's is <definition id>@<due ms>)", p)
+	case len(def) > MaxScheduledWorkflowIDLen:
+		return fieldErr(field, "%q: a scheduled workflow's id, before an instance's '@', is at most %d bytes", p, MaxScheduledWorkflowIDLen)
+	case isDotSegment(def):
+		return fieldErr(field, "%q: %q is no scheduled workflow's id", p, def)
+	}
+	for i := 0; i < len(due); i++ {
+		if due[i] < '0' || due[i] > '9' {
+			return fieldErr(field, "%q: after '@' an instance's id has only digits (its due time in ms)", p)
+		}
+	}
+	if len(due) > maxDueDigits {
+		return fieldErr(field, "%q: an instance's due time in ms has at most %d digits", p, maxDueDigits)
+	}
+	return nil
+}
+
+// maxDueDigits is the most digits of a due time in ms: those before MaxAt.
+var maxDueDigits = len(strconv.FormatInt(MaxAt.UnixMilli(), 10))

@@ -2,6 +2,7 @@ package job
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,4 +83,76 @@ func TestValidateRef(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "def@17", wf)
 	require.Equal(t, "n", node)
+}
+
+func TestValidateWorkflowPrefix(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		prefix string
+		err    string // "" means valid
+	}{
+		{"", ""},
+		{"n", ""},
+		{"nightly-etl", ""},
+		{".", ""}, // ".a" is an id
+		{"nightly@", ""},
+		{"nightly@1893466800000", ""},
+		{"nightly@18", ""},
+		{strings.Repeat("x", MaxWorkflowIDLen), ""},
+		{strings.Repeat("x", MaxScheduledWorkflowIDLen) + "@1", ""},
+		{strings.Repeat("x", MaxWorkflowIDLen+1), `prefix: 65 bytes is longer than any workflow id (at most 64)`},
+		{"a b", `prefix: "a b": character ' ' at 1 is in no workflow id (A-Z a-z 0-9 . _ ~ -, and '@' in an instance's)`},
+		{"a*", `prefix: "a*": character '*' at 1 is in no workflow id (A-Z a-z 0-9 . _ ~ -, and '@' in an instance's)`},
+		{"a/b", `prefix: "a/b": character '/' at 1 is in no workflow id (A-Z a-z 0-9 . _ ~ -, and '@' in an instance's)`},
+		{"@", `prefix: "@": no workflow id starts with '@' (an instance's is <definition id>@<due ms>)`},
+		{"a@1@", `prefix: "a@1@": no workflow id has two '@'s (an instance's is <definition id>@<due ms>)`},
+		{"a@x", `prefix: "a@x": after '@' an instance's id has only digits (its due time in ms)`},
+		{"a@12345678901234", `prefix: "a@12345678901234": an instance's due time in ms has at most 13 digits`},
+		{"..@1", `prefix: "..@1": ".." is no scheduled workflow's id`},
+		{strings.Repeat("x", MaxScheduledWorkflowIDLen+1) + "@", `prefix: "` + strings.Repeat("x", MaxScheduledWorkflowIDLen+1) + `@": a scheduled workflow's id, before an instance's '@', is at most 50 bytes`},
+	} {
+		err := ValidateWorkflowPrefix("prefix", tc.prefix)
+		if tc.err == "" {
+			require.NoError(t, err, tc.prefix)
+			continue
+		}
+		require.EqualError(t, err, tc.err)
+		var fe *FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "prefix", fe.Field)
+	}
+}
+
+// FuzzValidateWorkflowPrefix checks both ways: every prefix of a workflow's or an
+// instance's id is accepted, and an accepted prefix starts some id that is one.
+func FuzzValidateWorkflowPrefix(f *testing.F) {
+	f.Add("nightly", uint64(1893466800000), "nightly@18")
+	f.Add("..", uint64(0), "..")
+	f.Add("a", uint64(7), "a@@")
+	f.Fuzz(func(t *testing.T, id string, ms uint64, p string) {
+		if ValidateID("id", id, MaxWorkflowIDLen) == nil {
+			for i := 0; i <= len(id); i++ {
+				require.NoError(t, ValidateWorkflowPrefix("prefix", id[:i]), "a prefix of workflow id %q", id)
+			}
+		}
+		if ValidateID("id", id, MaxScheduledWorkflowIDLen) == nil {
+			inst := id + "@" + strconv.FormatUint(ms%10_000_000_000_000, 10)
+			for i := 0; i <= len(inst); i++ {
+				require.NoError(t, ValidateWorkflowPrefix("prefix", inst[:i]), "a prefix of instance id %q", inst)
+			}
+		}
+		if ValidateWorkflowPrefix("prefix", p) != nil {
+			return
+		}
+		// An id that starts with p: p itself completed.
+		def, due, instance := strings.Cut(p, "@")
+		if !instance {
+			full := p + strings.Repeat("x", min(1, MaxWorkflowIDLen-len(p)))
+			require.NoError(t, ValidateID("id", full, MaxWorkflowIDLen), "prefix %q", p)
+			return
+		}
+		require.NoError(t, ValidateID("id", def, MaxScheduledWorkflowIDLen), "prefix %q", p)
+		_, err := strconv.ParseUint(due+"0", 10, 64)
+		require.NoError(t, err, "prefix %q", p)
+	})
 }

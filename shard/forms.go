@@ -74,16 +74,19 @@ func (s *Store) scanPacked(ctx context.Context, id ID, cursor uint64, count int6
 // Keys.ColdIndex) of every shard of the namespace: `<ns>:v2:{*}:[jc]*`, the namespace's
 // glob characters escaped. It matches other keys of the namespace too (the cold lists,
 // and a '*' spans ':' and '}'); splitJobKey tells them apart.
-func (s *Store) jobMatch() string {
+func (s *Store) jobMatch() string { return globQuote(s.keys.global()) + "{*}:[jc]*" }
+
+// globQuote escapes the glob characters of v for a SCAN pattern that matches v itself.
+func globQuote(v string) string {
 	var b strings.Builder
-	for _, c := range s.keys.global() {
+	for _, c := range v {
 		switch c {
 		case '*', '?', '[', ']', '\\', '^':
 			b.WriteByte('\\')
 		}
 		b.WriteRune(c)
 	}
-	return b.String() + "{*}:[jc]*"
+	return b.String()
 }
 
 // shardIDs maps the key prefix of each shard to its id, for splitJobKey.

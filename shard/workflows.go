@@ -468,80 +468,180 @@ type WorkflowSummary struct {
 	Left      int // nodes not ended
 	CreatedAt time.Time
 	EndedAt   time.Time
+	// Held is set for a scheduled instance that waits for its definition's running one
+	// (overlap buffer_one).
+	Held bool
+}
+
+// WorkflowFilter selects workflows for ListWorkflows.
+type WorkflowFilter struct {
+	// State is "" for every state. (A scheduled workflow's definition is a job: List
+	// finds it on queue job.WorkflowQueue.)
+	State job.WorkflowState
+	// Prefix keeps the workflows whose id starts with it ("" keeps all); it must be what
+	// some workflow id could start with (job.ValidateWorkflowPrefix). A prefix with '@'
+	// names instances of one definition, which live on its shard: the listing then scans
+	// only the Redis primary that holds that shard.
+	Prefix string
+	Limit  int    // about the most workflows a page returns; default 100, at most 1000
+	Cursor string // from the previous page's Next; "" starts
 }
 
 // WorkflowPage is one page of ListWorkflows.
 type WorkflowPage struct {
-	Workflows []WorkflowSummary
-	Next      string // cursor of the next page; empty at the end
+	Workflows []WorkflowSummary // sorted by id
+	Next      string            // cursor of the next page; empty at the end
 }
 
-// ListWorkflows pages through the namespace's workflows node by node with SCAN (a
-// workflow that exists throughout is returned at least once), sorted by id within a
-// page, optionally only those in state.
-func (s *Store) ListWorkflows(ctx context.Context, state job.WorkflowState, cursor string, limit int) (WorkflowPage, error) {
-	limit, err := listLimit(limit)
+// minScanCount is the smallest COUNT of a ListWorkflows SCAN.
+const minScanCount = 16
+
+// ListWorkflows pages through the namespace's workflows node by node with SCAN, the
+// pattern matching the filter's prefix (a workflow that exists throughout is returned
+// at least once; one created or removed meanwhile may or may not be), and keeps those in
+// the filter's state. A page does at most scanRounds SCAN calls: it holds about Limit
+// workflows, fewer (even none) when its calls found fewer, while Next is not empty; the
+// listing is complete when Next is empty, never before. Each call's COUNT is sized from
+// how many workflows the page still wants and how many the previous call found, but a
+// call's batch is never split (SCAN from the same cursor need not return the same keys
+// again), so a page may hold more than Limit (miniredis answers every SCAN with all its
+// keys). An invalid prefix or limit, or a cursor that does not decode, is a
+// *job.FieldError naming "prefix", "limit" or "cursor".
+func (s *Store) ListWorkflows(ctx context.Context, f WorkflowFilter) (WorkflowPage, error) {
+	limit, err := listLimit(f.Limit)
 	if err != nil {
+		return WorkflowPage{}, err
+	}
+	if err := job.ValidateWorkflowPrefix("prefix", f.Prefix); err != nil {
 		return WorkflowPage{}, err
 	}
 	addrs, nodes, err := Primaries(ctx, s.c)
 	if err != nil {
 		return WorkflowPage{}, fmt.Errorf("list workflows: %w", err)
 	}
-	node, cur := 0, uint64(0)
-	if cursor != "" {
-		if _, node, cur, err = decodeListCursor(cursor, addrs, s.cfg.Shards); err != nil {
-			return WorkflowPage{}, err
+	// The primaries scanned are addrs[node:end].
+	node, end, cur := 0, len(addrs), uint64(0)
+	match := globQuote(s.keys.global()) + "{*}:wf:" + globQuote(f.Prefix) + "*"
+	pinned := strings.IndexByte(f.Prefix, job.NodeSep) >= 0
+	if pinned {
+		// Every id with this prefix is an instance of one definition, on its shard.
+		id := s.ShardOf(f.Prefix)
+		match = globQuote(s.keys.Prefix(id)) + "wf:" + globQuote(f.Prefix) + "*"
+		if f.Cursor == "" {
+			if node, err = s.primaryOf(ctx, id, addrs, nodes); err != nil {
+				return WorkflowPage{}, fmt.Errorf("list workflows: %w", err)
+			}
+			end = node + 1
 		}
 	}
-	match := strings.TrimSuffix(s.jobMatch(), "[jc]*") + "wf:*"
+	if f.Cursor != "" {
+		if _, node, cur, err = decodeListCursor(f.Cursor, addrs, s.cfg.Shards); err != nil {
+			return WorkflowPage{}, err
+		}
+		if pinned {
+			end = node + 1 // the primary the first page found
+		}
+	}
+	count := int64(min(scanCount, max(minScanCount, limit)))
 	var page WorkflowPage
-	for round := 0; round < scanRounds && node < len(addrs) && len(page.Workflows) < limit; round++ {
+	for round := 0; round < scanRounds && node < end && len(page.Workflows) < limit; round++ {
 		n := nodes[addrs[node]]
-		e, err := n.Do(ctx, n.B().Scan().Cursor(cur).Match(match).Count(scanCount).Build()).AsScanEntry()
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cur).Match(match).Count(count).Build()).AsScanEntry()
 		if err != nil {
 			return WorkflowPage{}, fmt.Errorf("list workflows: scan %s: %w", addrs[node], err)
 		}
-		var cmds rueidis.Commands
-		var ids []string
-		for _, k := range e.Elements {
-			_, wf, ok := strings.Cut(k, "}:wf:")
-			if !ok {
-				continue
-			}
-			ids = append(ids, wf)
-			cmds = append(cmds, n.B().Hmget().Key(k).Field("st", "n", "left", "cr", "en").Build())
+		batch, err := s.workflowSummaries(ctx, n, e.Elements, f.State)
+		if err != nil {
+			return WorkflowPage{}, fmt.Errorf("list workflows: %w", err)
 		}
-		var batch []WorkflowSummary
-		for i, r := range n.DoMulti(ctx, cmds...) {
-			v, err := r.ToArray()
-			if err != nil || len(v) != 5 {
-				continue
-			}
-			st, _ := v[0].ToString()
-			if st == "" || (state != "" && job.WorkflowState(st) != state) {
-				continue
-			}
-			w := WorkflowSummary{ID: ids[i], State: job.WorkflowState(st)}
-			nn, _ := v[1].ToString()
-			left, _ := v[2].ToString()
-			cr, _ := v[3].ToString()
-			en, _ := v[4].ToString()
-			w.Nodes, _ = strconv.Atoi(nn)
-			w.Left, _ = strconv.Atoi(left)
-			w.CreatedAt, w.EndedAt = msField(cr), msField(en)
-			batch = append(batch, w)
-		}
-		sort.Slice(batch, func(a, b int) bool { return batch[a].ID < batch[b].ID })
 		page.Workflows = append(page.Workflows, batch...)
 		if cur = e.Cursor; cur == 0 {
 			node++
 		}
+		count = nextScanCount(count, len(batch), limit-len(page.Workflows))
 	}
-	if node < len(addrs) {
+	sort.Slice(page.Workflows, func(a, b int) bool { return page.Workflows[a].ID < page.Workflows[b].ID })
+	if node < end {
 		page.Next = encodeListCursor(s.cfg.Shards, addrs[node], cur)
 	}
 	return page, nil
+}
+
+// nextScanCount is the COUNT of a listing's next SCAN after one of COUNT count that kept
+// found workflows: the keys that should hold the want workflows still wanted at that
+// rate, at most 8 times count (8 times when it kept none), from minScanCount to
+// scanCount.
+func nextScanCount(count int64, found, want int) int64 {
+	next := 8 * count
+	if found > 0 && want > 0 {
+		next = min(next, count*int64(want)/int64(found))
+	}
+	return min(scanCount, max(minScanCount, next))
+}
+
+// workflowSummaries reads the workflows of keys (workflow hashes on node n), those in
+// state when it is not empty; workflows gone meanwhile are left out.
+func (s *Store) workflowSummaries(ctx context.Context, n rueidis.Client, keys []string, state job.WorkflowState) ([]WorkflowSummary, error) {
+	var cmds rueidis.Commands
+	var ids []string
+	for _, k := range keys {
+		_, wf, ok := strings.Cut(k, "}:wf:")
+		if !ok {
+			continue
+		}
+		ids = append(ids, wf)
+		cmds = append(cmds, n.B().Hmget().Key(k).Field("st", "n", "left", "cr", "en", "hold").Build())
+	}
+	var out []WorkflowSummary
+	for i, r := range n.DoMulti(ctx, cmds...) {
+		v, err := r.ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("read workflow %q: %w", ids[i], err)
+		}
+		if len(v) != 6 {
+			return nil, fmt.Errorf("read workflow %q: %d fields, want 6", ids[i], len(v))
+		}
+		st, _ := v[0].ToString()
+		if st == "" || (state != "" && job.WorkflowState(st) != state) {
+			continue
+		}
+		w := WorkflowSummary{ID: ids[i], State: job.WorkflowState(st)}
+		nn, _ := v[1].ToString()
+		left, _ := v[2].ToString()
+		cr, _ := v[3].ToString()
+		en, _ := v[4].ToString()
+		hold, _ := v[5].ToString()
+		w.Nodes, _ = strconv.Atoi(nn)
+		w.Left, _ = strconv.Atoi(left)
+		w.CreatedAt, w.EndedAt = msField(cr), msField(en)
+		w.Held = hold == "1"
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// primaryOf returns the index in addrs of the primary that holds shard id's keys: the
+// only one, or the Cluster master that answers for the shard's slot (the others answer
+// MOVED: the clients of Primaries do not follow redirections).
+func (s *Store) primaryOf(ctx context.Context, id ID, addrs []string, nodes map[string]rueidis.Client) (int, error) {
+	if len(addrs) == 1 {
+		return 0, nil
+	}
+	key := s.keys.Epoch(id)
+	for i, a := range addrs {
+		n := nodes[a]
+		err := n.Do(ctx, n.B().Exists().Key(key).Build()).Error()
+		if re, ok := rueidis.IsRedisErr(err); ok {
+			if _, moved := re.IsMoved(); moved {
+				continue
+			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("find the primary of shard %d: %s: %w", id, a, err)
+		}
+		return i, nil
+	}
+	return 0, fmt.Errorf("no primary of %v holds shard %d", addrs, id)
 }
 
 // WorkflowCounts are the namespace's workflows started and ended since it was created,

@@ -1,9 +1,13 @@
 package shard_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -970,5 +974,150 @@ func TestSettleDefinitions_DeletesAnEmptyHash(t *testing.T) {
 		n, err := c.Do(ctx, c.B().Exists().Key(dk).Build()).AsInt64()
 		require.NoError(t, err)
 		require.Zero(t, n)
+	})
+}
+
+// listAll follows a workflow listing's cursors to its end and returns the ids, the
+// pages, the pages that were empty while Next was not, and the Redis primary each
+// page's Next names. Each page is sorted by id and holds only ids with f.Prefix.
+func listAll(t *testing.T, s *shard.Store, f shard.WorkflowFilter) (ids []string, pages, emptyWithNext int, nodes []string) {
+	t.Helper()
+	for {
+		p, err := s.ListWorkflows(context.Background(), f)
+		require.NoError(t, err)
+		pages++
+		require.True(t, sort.SliceIsSorted(p.Workflows, func(a, b int) bool { return p.Workflows[a].ID < p.Workflows[b].ID }))
+		for _, w := range p.Workflows {
+			require.True(t, strings.HasPrefix(w.ID, f.Prefix), "%s listed for prefix %q", w.ID, f.Prefix)
+			ids = append(ids, w.ID)
+		}
+		if p.Next == "" {
+			slices.Sort(ids)
+			return slices.Compact(ids), pages, emptyWithNext, nodes
+		}
+		if len(p.Workflows) == 0 {
+			emptyWithNext++
+		}
+		// A cursor is "<primary address>|<SCAN cursor>", base64 (encodeListCursor).
+		raw, err := base64.RawURLEncoding.DecodeString(p.Next)
+		require.NoError(t, err)
+		nodes = append(nodes, string(raw[:bytes.LastIndexByte(raw, '|')]))
+		require.Less(t, pages, 10000, "the listing does not end")
+		f.Cursor = p.Next
+	}
+}
+
+// GET /v1/workflows?prefix= in the store: `<def>@` lists a definition's instances, which
+// live on its shard (shard.Of routes an id by what precedes its first '@'), running, held
+// and ended alike, and whether or not the run that started them has ended; with '@' the
+// listing scans only the primary that holds that shard (a Cluster's other masters never
+// see it). Paging keeps its rules with the filter: Next is empty only once the listing is
+// complete, and a page may be empty while it is not (each page does a bounded number of
+// SCAN calls): following the cursors finds every match, whatever the limit.
+func TestWorkflow_ListByPrefix(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		const shards = 16
+		s := open(t, b, shard.Config{Shards: shards})
+		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+		day := 24 * time.Hour
+		want := map[string][]string{} // prefix → ids
+		defs := []string{"nightly", "nightly-x", "hourly", "daily", "weekly", "monthly"}
+		for i, def := range defs {
+			payload := reviewDef(t, s, def, job.OverlapAllow)
+			for k := range 2 + i%3 {
+				r, err := s.StartInstance(ctx, def, t0.Add(time.Duration(k)*day), payload)
+				require.NoError(t, err)
+				require.True(t, r.Created)
+				require.Equal(t, shard.Of(def, shards), shard.Of(r.ID, shards), "routed by what precedes '@'")
+				require.Equal(t, s.ShardOf(def), r.Shard)
+				want[def+"@"] = append(want[def+"@"], r.ID)
+			}
+		}
+		payload := reviewDef(t, s, "buf", job.OverlapBufferOne)
+		first, err := s.StartInstance(ctx, "buf", t0, payload)
+		require.NoError(t, err)
+		held, err := s.StartInstance(ctx, "buf", t0.Add(day), payload)
+		require.NoError(t, err)
+		require.True(t, held.Held)
+		for _, id := range []string{"nightlyz", "nightly-report"} {
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: id, Jobs: []job.Node{node("a")}})
+			require.NoError(t, err)
+		}
+		cancelled := want["nightly@"][1]
+		_, _, err = s.CancelWorkflow(ctx, cancelled)
+		require.NoError(t, err)
+		// Other keys on nightly's shard, more than one page scans: its listing takes pages.
+		sh := s.ShardOf("nightly")
+		var sets rueidis.Commands
+		for i := range 20000 {
+			sets = append(sets, s.Client().B().Set().Key(s.Keys().Prefix(sh)+"decoy:"+strconv.Itoa(i)).Value("x").Build())
+		}
+		for _, r := range s.Client().DoMulti(ctx, sets...) {
+			require.NoError(t, r.Error())
+		}
+		real := b.Name != redistest.Miniredis // miniredis answers a SCAN with every key at once
+
+		for _, def := range append(defs, "buf") {
+			ids, _, _, nodes := listAll(t, s, shard.WorkflowFilter{Prefix: def + "@"})
+			if def == "buf" {
+				require.Equal(t, []string{first.ID, held.ID}, ids)
+			} else {
+				require.ElementsMatch(t, want[def+"@"], ids, def)
+			}
+			for _, n := range nodes {
+				require.Equal(t, nodes[0], n, "one primary, the shard's")
+			}
+		}
+		// A small limit: more pages, the same workflows.
+		ids, pages, _, _ := listAll(t, s, shard.WorkflowFilter{Prefix: "nightly@", Limit: 1})
+		require.ElementsMatch(t, want["nightly@"], ids)
+		if real {
+			require.Greater(t, pages, 2)
+		}
+		// A prefix nothing matches, on a shard of 20,000 keys: empty pages, each with a
+		// cursor, until the listing ends; every cursor names the primary of the shard.
+		ids, pages, empty, nodes := listAll(t, s, shard.WorkflowFilter{Prefix: "nightly@9"})
+		require.Empty(t, ids)
+		if real {
+			require.Greater(t, pages, 1)
+			require.Equal(t, pages-1, empty)
+			n := s.Client().Nodes()[nodes[0]]
+			exists, err := n.Do(ctx, n.B().Exists().Key(s.Keys().Workflow(sh, cancelled)).Build()).AsInt64()
+			require.NoError(t, err, "the primary of the cursors holds nightly's instances")
+			require.EqualValues(t, 1, exists)
+		}
+		// Without '@': every shard. The definitions are jobs, not listed here.
+		ids, _, _, _ = listAll(t, s, shard.WorkflowFilter{Prefix: "nightly"})
+		require.ElementsMatch(t, slices.Concat(want["nightly@"], want["nightly-x@"], []string{"nightly-report", "nightlyz"}), ids)
+		ids, _, _, _ = listAll(t, s, shard.WorkflowFilter{Prefix: "nightly-"})
+		require.ElementsMatch(t, append(want["nightly-x@"], "nightly-report"), ids)
+		// With a state.
+		ids, _, _, _ = listAll(t, s, shard.WorkflowFilter{Prefix: "nightly@", State: job.WorkflowCancelled})
+		require.Equal(t, []string{cancelled}, ids)
+		ids, _, _, _ = listAll(t, s, shard.WorkflowFilter{Prefix: "buf@", State: job.WorkflowRunning})
+		require.Equal(t, []string{first.ID, held.ID}, ids)
+		// What a page says of each: held, nodes, created.
+		p, err := s.ListWorkflows(ctx, shard.WorkflowFilter{Prefix: held.ID})
+		for p.Next != "" && len(p.Workflows) == 0 {
+			require.NoError(t, err)
+			p, err = s.ListWorkflows(ctx, shard.WorkflowFilter{Prefix: held.ID, Cursor: p.Next})
+		}
+		require.NoError(t, err)
+		require.Len(t, p.Workflows, 1)
+		w := p.Workflows[0]
+		require.True(t, w.Held)
+		require.Equal(t, job.WorkflowRunning, w.State)
+		require.Equal(t, 2, w.Nodes)
+		require.Equal(t, 2, w.Left)
+		require.False(t, w.CreatedAt.IsZero())
+
+		// What no workflow id could start with is refused, naming the prefix.
+		for _, bad := range []string{"@", "a@b", "a@1@2", "a b", "x*", strings.Repeat("x", 65)} {
+			_, err := s.ListWorkflows(ctx, shard.WorkflowFilter{Prefix: bad})
+			var fe *job.FieldError
+			require.ErrorAs(t, err, &fe, bad)
+			require.Equal(t, "prefix", fe.Field)
+		}
 	})
 }

@@ -496,7 +496,35 @@ func TestBrowser_Workflow(t *testing.T) {
 	require.Equal(t, "node succeeded", c["extract"], "an ended node keeps its end")
 	require.Equal(t, "node failed", c["report"])
 
-	// The definition: its graph without states, its actions.
+	// The definition: its graph without states, its actions, and its instances, found by
+	// their ids (GET /v1/workflows?prefix=nightly@): the one createWorkflows started is
+	// running, though no run of the definition's job has ended.
+	const first = "nightly@1893466800000"
+	instance := func(id, state string) chromedp.Action {
+		return chromedp.WaitVisible(`#wf-instances tr[data-wf="`+id+`"] .badge.`+state, chromedp.ByQuery)
+	}
 	run(chromedp.Navigate(tb.base+"/ui/workflows/nightly"), chromedp.WaitVisible("#wf-graph .node.def", chromedp.ByQuery),
-		chromedp.WaitVisible("#act-trigger", chromedp.ByID), screenshot(shots, "workflow-definition"))
+		chromedp.WaitVisible("#act-trigger", chromedp.ByID), instance(first, "running"),
+		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), chromedp.Evaluate(`window.__notReloaded = true`, nil))
+	// An occurrence now: the workflow starter takes the definition's run and starts its
+	// instance, and has not reported the run: the running instance shows, without a
+	// reload, below the one due in 2030 (the newest first).
+	_, err = store.Trigger(bg, "nightly")
+	require.NoError(t, err)
+	sh := store.ShardOf("nightly")
+	claimed, err := store.Claim(bg, sh, job.WorkflowQueue, 10, "w1", "n1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	started, err := store.StartInstance(bg, "nightly", claimed[0].Due, claimed[0].Payload)
+	require.NoError(t, err)
+	require.True(t, started.Created)
+	run(instance(started.ID, "running"), screenshot(shots, "workflow-definition"))
+	var order []string
+	run(chromedp.Evaluate(`Array.from(document.querySelectorAll("#wf-instances tr[data-wf]"), r => r.getAttribute("data-wf"))`, &order),
+		chromedp.Evaluate(`window.__notReloaded === true`, &notReloaded))
+	require.Equal(t, []string{first, started.ID}, order)
+	require.True(t, notReloaded, "updated in place, without a reload")
+	ended, err := store.Runs(bg, "nightly")
+	require.NoError(t, err)
+	require.Empty(t, ended, "no run of the definition's job has ended")
 }

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
 )
 
 // The workflow pages: /ui/workflows (the list, and the scheduled definitions) and
@@ -35,6 +37,7 @@ var nodeStates = []job.NodeState{job.NodeWaiting, job.NodeReady, job.NodeRunning
 
 type workflowsData struct {
 	State  string
+	Prefix string // of the ids listed
 	States []job.WorkflowState
 	// Defs are the scheduled definitions: the first ones above the unfiltered list (with
 	// MoreDefs when there are more), or the page of state=scheduled.
@@ -47,9 +50,9 @@ type workflowsData struct {
 }
 
 func (u *UI) loadWorkflows(rc context.Context, c *ingest.Client, q url.Values, _ string) (any, error) {
-	d := &workflowsData{State: q.Get("state"), States: workflowStates, Cursor: q.Get("cursor")}
+	d := &workflowsData{State: q.Get("state"), Prefix: q.Get("prefix"), States: workflowStates, Cursor: q.Get("cursor")}
 	if d.State == string(job.WorkflowScheduled) {
-		l, err := c.ListWorkflows(rc, d.State, workflowsPage, d.Cursor)
+		l, err := c.ListWorkflows(rc, ingest.WorkflowFilter{State: d.State, Prefix: d.Prefix}, workflowsPage, d.Cursor)
 		if err != nil {
 			return nil, err
 		}
@@ -57,13 +60,13 @@ func (u *UI) loadWorkflows(rc context.Context, c *ingest.Client, q url.Values, _
 		return d, nil
 	}
 	if d.State == "" && d.Cursor == "" {
-		l, err := c.ListWorkflows(rc, string(job.WorkflowScheduled), defsShown, "")
+		l, err := c.ListWorkflows(rc, ingest.WorkflowFilter{State: string(job.WorkflowScheduled), Prefix: d.Prefix}, defsShown, "")
 		if err != nil {
 			return nil, err
 		}
 		d.Defs, d.MoreDefs = l.Workflows, l.NextCursor != ""
 	}
-	l, err := c.ListWorkflows(rc, d.State, workflowsPage, d.Cursor)
+	l, err := c.ListWorkflows(rc, ingest.WorkflowFilter{State: d.State, Prefix: d.Prefix}, workflowsPage, d.Cursor)
 	if err != nil {
 		return nil, err
 	}
@@ -74,11 +77,23 @@ func (u *UI) loadWorkflows(rc context.Context, c *ingest.Client, q url.Values, _
 // Scheduled reports whether the page lists the definitions only.
 func (d *workflowsData) Scheduled() bool { return d.State == string(job.WorkflowScheduled) }
 
+// DefsURL is the URL of the list of the definitions (with the page's prefix).
+func (d *workflowsData) DefsURL() string {
+	v := url.Values{"state": {string(job.WorkflowScheduled)}}
+	if d.Prefix != "" {
+		v.Set("prefix", d.Prefix)
+	}
+	return Prefix + "/workflows?" + v.Encode()
+}
+
 // NextURL is the URL of the next page.
 func (d *workflowsData) NextURL() string {
 	v := url.Values{"cursor": {d.Next}}
 	if d.State != "" {
 		v.Set("state", d.State)
+	}
+	if d.Prefix != "" {
+		v.Set("prefix", d.Prefix)
 	}
 	return Prefix + "/workflows?" + v.Encode()
 }
@@ -89,12 +104,10 @@ type stateCount struct {
 	N     int
 }
 
-// instanceRow is an instance of a scheduled workflow, from a run of its definition's job.
+// instanceRow is an instance of a scheduled workflow, `<def>@<due ms>`.
 type instanceRow struct {
-	ID      string
-	Due     time.Time
-	Outcome string // of the definition job's run that started it
-	State   string // the instance's; "" when none was started (overlap) or it expired
+	ingest.WorkflowSummary
+	Due time.Time
 }
 
 type workflowData struct {
@@ -103,14 +116,22 @@ type workflowData struct {
 	// Graph is the drawing; nil when there are more than maxDrawn nodes.
 	Graph    *graph
 	MaxDrawn int
-	// A scheduled workflow's definition: its instances (the newest first) and the
-	// page of its definition job (runs history).
-	Definition bool
-	Instances  []instanceRow
+	// A scheduled workflow's definition: its newest instances, the newest first, of
+	// InstancesFound; InstancesPartial when the search stopped before the end of the
+	// listing (the newest of those found, then).
+	Definition       bool
+	Instances        []instanceRow
+	InstancesFound   int
+	InstancesPartial bool
 }
 
-// instancesShown bounds the instances a definition's page looks up (one read each).
-const instancesShown = 10
+// instancesShown is how many instances a definition's page shows, and instancePages how
+// many pages of GET /v1/workflows?prefix=<def>@ (each a bounded scan) it reads to find
+// them, at most: the listing has no order, so the newest are those of every page read.
+const (
+	instancesShown = 10
+	instancePages  = 4
+)
 
 func (u *UI) loadWorkflow(rc context.Context, c *ingest.Client, _ url.Values, id string) (any, error) {
 	w, err := c.Workflow(rc, id)
@@ -125,21 +146,8 @@ func (u *UI) loadWorkflow(rc context.Context, c *ingest.Client, _ url.Values, id
 				gn = append(gn, graphNode{ID: n.ID, DependsOn: n.DependsOn, Note: nodeKind(n)})
 			}
 		}
-		runs, err := c.Runs(rc, id)
-		if err != nil {
+		if err := d.loadInstances(rc, c, id); err != nil {
 			return nil, err
-		}
-		for _, r := range runs.Runs {
-			if len(d.Instances) == instancesShown {
-				break
-			}
-			row := instanceRow{ID: id + string(job.NodeSep) + strconv.FormatInt(r.Due.UnixMilli(), 10), Due: r.Due, Outcome: r.Outcome}
-			if iw, err := c.Workflow(rc, row.ID); err == nil {
-				row.State = iw.State
-			} else if !ingest.IsCode(err, ingest.CodeNotFound) {
-				return nil, err
-			}
-			d.Instances = append(d.Instances, row)
 		}
 	} else {
 		for _, n := range w.Nodes {
@@ -153,6 +161,48 @@ func (u *UI) loadWorkflow(rc context.Context, c *ingest.Client, _ url.Values, id
 	}
 	d.Graph = layout(gn)
 	return d, nil
+}
+
+// loadInstances finds definition def's instances with the listing of the ids that start
+// with `<def>@` (running, held and ended alike, whether or not the run of the
+// definition's job that started one has ended) and keeps the newest instancesShown.
+func (d *workflowData) loadInstances(rc context.Context, c *ingest.Client, def string) error {
+	var all []instanceRow
+	f, cursor := ingest.WorkflowFilter{Prefix: def + string(job.NodeSep)}, ""
+	for page := 0; ; page++ {
+		if page == instancePages {
+			d.InstancesPartial = true
+			break
+		}
+		l, err := c.ListWorkflows(rc, f, shard.MaxListLimit, cursor)
+		if err != nil {
+			return err
+		}
+		for _, w := range l.Workflows {
+			row := instanceRow{WorkflowSummary: w}
+			if ms, err := strconv.ParseInt(strings.TrimPrefix(w.ID, f.Prefix), 10, 64); err == nil {
+				row.Due = time.UnixMilli(ms)
+			}
+			all = append(all, row)
+		}
+		if cursor = l.NextCursor; cursor == "" {
+			break
+		}
+	}
+	sort.Slice(all, func(a, b int) bool {
+		if !all[a].Due.Equal(all[b].Due) {
+			return all[a].Due.After(all[b].Due)
+		}
+		return all[a].ID > all[b].ID
+	})
+	d.InstancesFound = len(all)
+	d.Instances = all[:min(len(all), instancesShown)]
+	return nil
+}
+
+// InstancesURL is the list of every instance of the definition.
+func (d *workflowData) InstancesURL() string {
+	return Prefix + "/workflows?" + url.Values{"prefix": {d.W.ID + string(job.NodeSep)}}.Encode()
 }
 
 // nodeKind is what a definition's node runs: its type, or its push target's URL host.

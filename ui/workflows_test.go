@@ -94,6 +94,26 @@ func TestUI_WorkflowList(t *testing.T) {
 	require.NotContains(t, p.body, `id="wf-defs"`)
 	require.Contains(t, p.body, "No workflows failed.")
 
+	// An id prefix: nightly's instances.
+	p = br.get("/ui/workflows?prefix=nightly%40")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `<input name="prefix" id="wf-prefix" value="nightly@"`)
+	require.Contains(t, p.body, `<a href="/ui/workflows/`+instance+`">`+instance+`</a>`)
+	require.NotContains(t, p.body, `href="/ui/workflows/etl"`)
+	require.NotContains(t, p.body, `id="wf-defs"`, "no definition's id has '@'")
+	p = br.get("/ui/workflows?prefix=e")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `href="/ui/workflows/etl"`)
+	require.NotContains(t, p.body, `href="/ui/workflows/nightly"`)
+	p = br.get("/ui/workflows?prefix=nigh")
+	require.Contains(t, p.body, `<a href="/ui/workflows/nightly">nightly</a>`, "the definitions, with the prefix")
+	require.Contains(t, p.body, `<a href="/ui/workflows/`+instance+`">`)
+	p = br.get("/ui/workflows?prefix=zz")
+	require.Contains(t, p.body, "No workflows whose id starts with zz.")
+	p = br.get("/ui/workflows?prefix=nightly%40x")
+	require.Equal(t, http.StatusBadRequest, p.status)
+	require.Contains(t, p.body, "after &#39;@&#39; an instance&#39;s id has only digits")
+
 	p = br.get("/ui/workflows?state=sleepy")
 	require.Equal(t, http.StatusBadRequest, p.status)
 	require.Contains(t, p.body, "must be running, succeeded, failed, cancelled or scheduled")
@@ -155,7 +175,13 @@ func TestUI_WorkflowPage(t *testing.T) {
 	for _, id := range []string{"act-pause", "act-trigger", "act-cancel", "act-delete"} {
 		require.Contains(t, p.body, `id="`+id+`"`)
 	}
+	// Its instances, found by the listing of the ids that start with "nightly@": the
+	// one started, running, whose starting run never ended (StartInstance without a
+	// run of the definition's job).
 	require.Contains(t, p.body, `<table id="wf-instances">`)
+	require.Contains(t, p.body, `<tr data-wf="`+instance+`"><td><a href="/ui/workflows/`+instance+`">`+instance+`</a></td><td>2030-01-01 03:00:00Z</td>`+"\n"+
+		`<td><span class="badge running">running</span></td>`+"\n"+`<td class="n">2 of 2</td>`)
+	require.Contains(t, p.body, `1 instance: <a href="/ui/workflows?prefix=nightly%40" id="all-instances">all instances</a>.`)
 
 	// Ids that are no workflow's: 400, never another page; an unknown one: 404.
 	for _, path := range []string{"/ui/workflows/..", "/ui/workflows/%2E%2E", "/ui/workflows/x%2F..%2Fx", "/ui/workflows/x%3Acancel",
@@ -213,8 +239,37 @@ func TestUI_WorkflowPage(t *testing.T) {
 	require.NoError(t, errs[0])
 	p = br.get("/ui/workflows/nightly")
 	require.Contains(t, p.body, `id="act-pause"`)
-	require.Contains(t, p.body, `<tr><td><a href="/ui/workflows/`+started.ID+`">`+started.ID+`</a></td>`)
-	require.Contains(t, p.body, `<span class="badge succeeded">succeeded</span></td>`+"\n"+`<td><span class="badge running">running</span>`)
+	require.Contains(t, p.body, `<tr data-wf="`+started.ID+`"><td><a href="/ui/workflows/`+started.ID+`">`+started.ID+`</a></td>`)
+	// The newest first: the instance of 2030, then the one started now.
+	require.Less(t, strings.Index(p.body, `<tr data-wf="`+instance+`">`), strings.Index(p.body, `<tr data-wf="`+started.ID+`">`))
+	require.Contains(t, p.body, `2 instances, the newest first`)
+	// A buffer_one definition's held instance is listed, marked held.
+	buf := &job.Workflow{ID: "buf", Schedule: &job.Schedule{Cron: "0 3 * * *"}, Overlap: job.OverlapBufferOne,
+		Jobs: []job.Node{wfNode("a", "")}}
+	_, err = tb.store.CreateWorkflow(ctx, buf)
+	require.NoError(t, err)
+	bufInfo, err := tb.store.Get(ctx, "buf")
+	require.NoError(t, err)
+	var bufIDs []string
+	for k := range 2 {
+		r, err := tb.store.StartInstance(ctx, "buf", time.UnixMilli(1893466800000).Add(time.Duration(k)*time.Hour), bufInfo.Payload)
+		require.NoError(t, err)
+		bufIDs = append(bufIDs, r.ID)
+	}
+	p = br.get("/ui/workflows/buf")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `<tr data-wf="`+bufIDs[1]+`">`)
+	require.Contains(t, p.body, `<td><span class="badge running">running</span> <span class="badge retrying" title="waiting for the running instance to end">held</span></td>`)
+	require.Contains(t, p.body, `<tr data-wf="`+bufIDs[0]+`">`)
+	require.Equal(t, 1, strings.Count(p.body, `>held</span>`))
+	require.NotContains(t, p.body, "nightly@", "only its own instances")
+	// Its instances in the live fragment too.
+	p = br.get("/ui/events?once=1&page=%2Fui%2Fworkflows%2Fbuf")
+	require.Equal(t, 200, p.status, p.body)
+	frags = nil
+	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	require.Contains(t, frags["nodes"], `<tr data-wf="`+bufIDs[1]+`">`)
+
 	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"pause"}})
 	require.Equal(t, http.StatusNotFound, p.status, "pause is a definition's")
 	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"explode"}})

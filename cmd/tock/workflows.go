@@ -13,7 +13,7 @@ import (
 const workflowsUsage = `Usage:
   tock workflows create --file FILE [--idempotency-key K]   (a WorkflowRequest as JSON; - reads stdin)
   tock workflows get ID
-  tock workflows ls [--state S] [--limit N] [--cursor C] [--all]
+  tock workflows ls [--state S] [--prefix P] [--limit N] [--cursor C] [--all]
   tock workflows cancel|retry ID...
   tock workflows pause|resume|trigger|delete ID...   (a scheduled workflow's definition)
   tock workflows result ID NODE   (a succeeded node's result, as its bytes)
@@ -34,7 +34,9 @@ func init() {
 				"occurrence and graph."},
 		"workflows ls": {"tock workflows ls [flags]",
 			"List workflows, a page at a time (--all follows the cursors), with their state and how many " +
-				"nodes are left; --state scheduled lists the scheduled definitions."},
+				"nodes are left; --state scheduled lists the scheduled definitions. --prefix keeps the " +
+				"workflows whose id starts with it: --prefix nightly@ lists the instances of the scheduled " +
+				"workflow nightly, running, held and ended."},
 		"workflows cancel": {"tock workflows cancel ID... [flags]",
 			"Cancel workflows: their nodes that did not end are cancelled, running handlers told. On a " +
 				"scheduled workflow's definition: no instance starts any more."},
@@ -176,10 +178,11 @@ func (a *apiCmd) workflowsCreate(ctx context.Context, args []string) error {
 }
 
 func (a *apiCmd) workflowsList(ctx context.Context, args []string) error {
-	var state, cursor string
+	var state, prefix, cursor string
 	var limit int
 	var all bool
 	a.fs.StringVar(&state, "state", "", "only this state (running, succeeded, failed, cancelled; scheduled: the definitions)")
+	a.fs.StringVar(&prefix, "prefix", "", "only workflows whose id starts with this (DEF@: the instances of scheduled workflow DEF)")
 	a.fs.IntVar(&limit, "limit", 0, "workflows per page (default: the server's, 100)")
 	a.fs.StringVar(&cursor, "cursor", "", "continue a listing from its next_cursor")
 	a.fs.BoolVar(&all, "all", false, "follow the cursors to the end of the listing")
@@ -188,7 +191,7 @@ func (a *apiCmd) workflowsList(ctx context.Context, args []string) error {
 	}
 	var ws []ingest.WorkflowSummary
 	for {
-		l, err := a.client.ListWorkflows(ctx, state, limit, cursor)
+		l, err := a.client.ListWorkflows(ctx, ingest.WorkflowFilter{State: state, Prefix: prefix}, limit, cursor)
 		if err != nil {
 			return err
 		}
@@ -221,7 +224,11 @@ func (a *apiCmd) workflowsList(ctx context.Context, args []string) error {
 	} else {
 		fmt.Fprintln(tw, "ID\tSTATE\tNODES\tLEFT\tCREATED\tENDED")
 		for _, w := range ws {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", w.ID, w.State, w.Nodes, w.Left, a.timeOrDash(w.CreatedAt), a.timeOrDash(w.EndedAt))
+			st := w.State
+			if w.Held {
+				st += " (held)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", w.ID, st, w.Nodes, w.Left, a.timeOrDash(w.CreatedAt), a.timeOrDash(w.EndedAt))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -120,4 +121,43 @@ func TestWorkflows_CLI(t *testing.T) {
 	require.Regexp(t, `(?m)^nightly\s+deleted\s+true$`, b.ok(t, "workflows", "rm", "nightly"))
 	r = b.run(t, "", "workflows", "get", "nightly")
 	require.ErrorContains(t, r.err, "404 not_found")
+}
+
+// tock workflows ls --prefix: the workflows whose id starts with it, the instances of a
+// scheduled workflow with DEF@ (a held one marked); a prefix no workflow id could start
+// with is the API's 400, naming prefix.
+func TestWorkflows_CLIPrefix(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t)
+	ctx := t.Context()
+	def := `{"id":"nightly","jobs":[{"id":"a","type":"t"}],"schedule":{"cron":"0 3 * * *"},"overlap":"buffer_one"}`
+	require.NoError(t, b.run(t, def, "workflows", "create", "--file", "-").err)
+	require.NoError(t, b.run(t, cliWorkflow, "workflows", "create", "--file", "-").err)
+	info, err := b.store.Get(ctx, "nightly")
+	require.NoError(t, err)
+	t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+	for k := range 2 {
+		_, err := b.store.StartInstance(ctx, "nightly", t0.Add(time.Duration(k)*24*time.Hour), info.Payload)
+		require.NoError(t, err)
+	}
+
+	out := b.ok(t, "workflows", "ls", "--prefix", "nightly@", "--all")
+	require.Regexp(t, `(?m)^ID\s+STATE\s+NODES\s+LEFT\s+CREATED\s+ENDED$`, out)
+	require.Regexp(t, `(?m)^nightly@1893466800000\s+running\s+1\s+1\s`, out)
+	require.Regexp(t, `(?m)^nightly@1893553200000\s+running \(held\)\s+1\s+1\s`, out)
+	require.NotContains(t, out, "etl")
+	l := decodeJSON[ingest.WorkflowList](t, b.ok(t, "workflows", "ls", "--prefix", "nightly@18935", "--all", "--json"))
+	require.Len(t, l.Workflows, 1)
+	require.Equal(t, "nightly@1893553200000", l.Workflows[0].ID)
+	require.True(t, l.Workflows[0].Held)
+	require.Contains(t, b.ok(t, "workflows", "ls", "--prefix", "e", "--all"), "etl")
+	out = b.ok(t, "workflows", "ls", "--prefix", "night", "--state", "scheduled", "--all")
+	require.Regexp(t, `(?m)^nightly\s+scheduled\s`, out)
+	r := b.run(t, "", "workflows", "ls", "--prefix", "zz@", "--all")
+	require.NoError(t, r.err)
+	require.Contains(t, r.errOut, "no workflows")
+
+	r = b.run(t, "", "workflows", "ls", "--prefix", "nightly@x")
+	require.ErrorContains(t, r.err, "400 invalid_argument: prefix: ")
+	require.ErrorContains(t, r.err, `"nightly@x": after '@' an instance's id has only digits`)
 }
