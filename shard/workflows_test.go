@@ -385,13 +385,16 @@ func evalRule(rule job.Rule, parents []job.NodeState) job.NodeState {
 func TestWorkflow_RandomDAGs(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		s := open(t, b, shard.Config{})
+		// Released nodes' jobs are packed (the default) or job hashes (NoPack), round by
+		// round.
+		stores := []*shard.Store{open(t, b, shard.Config{}), open(t, b, shard.Config{NoPack: true})}
 		seed := uint64(time.Now().UnixNano())
 		rounds := 12
 		if b.Name != redistest.Miniredis {
 			rounds = 4
 		}
 		for round := range rounds {
+			s := stores[round%2]
 			rng := rand.New(rand.NewPCG(seed, uint64(round)))
 			n := 1 + rng.IntN(200)
 			rules := []job.Rule{job.RuleAllSuccess, job.RuleAllDone, job.RuleOneSuccess, job.RuleOneFailed, job.RuleNoneFailed}
@@ -1118,6 +1121,78 @@ func TestWorkflow_ListByPrefix(t *testing.T) {
 			var fe *job.FieldError
 			require.ErrorAs(t, err, &fe, bad)
 			require.Equal(t, "prefix", fe.Field)
+		}
+	})
+}
+
+// A released node's job is packed, as a one-time job due now is (a root at once, any
+// other when its parent ends), and reads as its job hash would at each step; a node
+// released again by a retry keeps its job hash, with its history. With NoPack every node
+// is a job hash.
+func TestWorkflow_ReleasedNodesArePacked(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		for _, noPack := range []bool{false, true} {
+			s := open(t, b, shard.Config{NoPack: noPack})
+			id := s.ShardOf("chain")
+			packed := func(node string) bool {
+				t.Helper()
+				jobID := job.NodeJobID("chain", node)
+				n, err := c.Do(ctx, c.B().Hexists().Key(s.Keys().PackedJobs(id)).Field(jobID).Build()).AsBool()
+				require.NoError(t, err)
+				h, err := c.Do(ctx, c.B().Exists().Key(s.Keys().Job(id, jobID)).Build()).AsInt64()
+				require.NoError(t, err)
+				require.NotEqual(t, n, h == 1, "%s is in one form exactly", node)
+				return n
+			}
+			state := func(node string) job.State {
+				t.Helper()
+				info, err := s.Get(ctx, job.NodeJobID("chain", node))
+				require.NoError(t, err)
+				return info.State
+			}
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "chain", Jobs: []job.Node{node("a"), node("b", "a")}})
+			require.NoError(t, err)
+			require.Equal(t, !noPack, packed("a"), "NoPack %v", noPack)
+			require.False(t, packed("b"), "a waiting node is a job hash")
+			require.Equal(t, job.StateReady, state("a"))
+			require.Equal(t, job.StateWaiting, state("b"))
+
+			r := &wfRunner{t: t, s: s, wf: "chain", outcome: func(n string) shard.Outcome {
+				if n == "b" {
+					return shard.Failed
+				}
+				return shard.Succeeded
+			}}
+			cl, err := s.Claim(ctx, id, "default", 10, "w", "n")
+			require.NoError(t, err)
+			require.Len(t, cl, 1)
+			w, err := s.Workflow(ctx, "chain")
+			require.NoError(t, err)
+			require.Equal(t, job.NodeRunning, nodeStates(w)["a"])
+			require.Equal(t, job.StateRunning, state("a"))
+			errs, err := s.FinishRuns(ctx, id, []shard.Finish{{Member: cl[0].Member, Token: cl[0].Token, Outcome: shard.Succeeded}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			require.Equal(t, job.StateCompleted, state("a"))
+			require.Equal(t, !noPack, packed("b"), "released: packed unless NoPack")
+			require.Equal(t, job.StateReady, state("b"))
+
+			w = r.run(ctx) // b fails: a job hash from then on
+			require.Equal(t, job.WorkflowFailed, w.State)
+			require.False(t, packed("b"))
+			_, changed, err := s.RetryWorkflow(ctx, "chain")
+			require.NoError(t, err)
+			require.True(t, changed)
+			require.False(t, packed("b"), "a retried node keeps its job hash")
+			runs, err := s.Runs(ctx, job.NodeJobID("chain", "b"))
+			require.NoError(t, err)
+			require.NotEmpty(t, runs, "with its history")
+			r.outcome = nil
+			w = r.run(ctx)
+			require.Equal(t, job.WorkflowSucceeded, w.State)
+			require.Equal(t, job.StateCompleted, state("b"))
 		}
 	})
 }
