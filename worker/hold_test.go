@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tockhq/tock/dispatcher"
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
@@ -19,6 +19,14 @@ import (
 // back when its job is paused before that time: it does not start while the job is
 // paused, and runs once after the resume, without using an attempt (issue 21, item 2).
 // A change of the job sends the run back too, and it starts with the new definition.
+//
+// The runs are due in 5 minutes (past the test's deadline of 30 s, and too soon to be
+// stored cold) and fired ahead by hand with a longer lead than a dispatcher's (at most a
+// second), so they wait in the worker for as long as the test needs; the test then does
+// what a run's timer does at its start time (startNow). Runs due 700 ms ahead, fired by
+// a dispatcher, made the test fail on a loaded machine: the runs were claimed, or the
+// pause reached Redis, after their start time, and had rightly started.
+// TestWorker_RunsFiredAheadStartAtTheirDueTime covers the timers themselves.
 func TestWorker_HeldRunObeysPauseAndUpdate(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		t.Parallel()
@@ -37,26 +45,47 @@ func TestWorker_HeldRunObeysPauseAndUpdate(t *testing.T) {
 		})
 		require.NoError(t, w.Start(ctx))
 		defer func() { stopSoon(w) }()
-		d, err := dispatcher.New(dispatcher.Config{Store: s, Name: "hold", Lead: time.Second})
-		require.NoError(t, err)
-		require.NoError(t, d.Start(ctx))
-		defer func() { _ = d.Stop(context.Background()) }()
 
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
-		due := now.Add(700 * time.Millisecond)
+		due := now.Add(5 * time.Minute)
 		_, err = s.Create(ctx, []*job.Job{
 			{ID: "paused", Type: "t", Payload: []byte("p"), Schedule: job.Schedule{At: due}},
 			{ID: "changed", Type: "t", Payload: []byte("old"), Schedule: job.Schedule{At: due}},
 		})
 		require.NoError(t, err)
-		held := func(id string) bool {
+		fired := 0
+		for _, id := range slices.Compact([]shard.ID{s.ShardOf("paused"), s.ShardOf("changed")}) {
+			lease := s.AcquireLeases(ctx, "hand", []shard.ID{id}, time.Minute)[0]
+			require.True(t, lease.Held, "%v", lease.Err)
+			d, err := s.FireDue(ctx, lease.Lease, 100, 10*time.Minute)
+			require.NoError(t, err)
+			fired += d.Fired
+		}
+		require.Equal(t, 2, fired, "fired ahead")
+
+		member := func(id string) string { return shard.RunMember(id, due.UnixMilli()) }
+		// waiting returns the token of the claim of job id's run while the worker holds
+		// the run until its start time, else "".
+		waiting := func(id string) string {
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			a := w.held[shard.RunMember(id, due.UnixMilli())]
-			return a != nil && a.wait != nil
+			if a := w.held[member(id)]; a != nil && a.wait != nil {
+				return a.c.Token
+			}
+			return ""
 		}
-		require.Eventually(t, func() bool { return held("paused") && held("changed") }, 5*time.Second, 2*time.Millisecond, "claimed ahead")
+		// startNow does what the timer of job id's waiting run does at its start time.
+		startNow := func(id string) {
+			w.mu.Lock()
+			a := w.held[member(id)]
+			stopped := a != nil && a.wait != nil && a.wait.Stop()
+			w.mu.Unlock()
+			require.True(t, stopped, "the run of %s waits for its start time", id)
+			w.release(a)
+		}
+		require.Eventually(t, func() bool { return waiting("paused") != "" && waiting("changed") != "" }, 10*time.Second, 2*time.Millisecond, "claimed ahead")
+		first := waiting("changed")
 		_, changed, err := s.Pause(ctx, "paused")
 		require.NoError(t, err)
 		require.True(t, changed)
@@ -64,20 +93,24 @@ func TestWorker_HeldRunObeysPauseAndUpdate(t *testing.T) {
 		_, err = s.Update(ctx, "changed", shard.Update{Payload: &payload})
 		require.NoError(t, err)
 
-		// Past the due time: the changed job ran with its new payload, the paused one not.
+		// The paused job's run is handed back (the worker lets it go once Redis has the
+		// hand-back); the changed job's run too, and it is claimed again.
+		require.Eventually(t, func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.held[member("paused")] == nil
+		}, 10*time.Second, 2*time.Millisecond, "the paused job's run handed back")
+		require.Eventually(t, func() bool {
+			tok := waiting("changed")
+			return tok != "" && tok != first
+		}, 10*time.Second, 2*time.Millisecond, "the changed job's run handed back and claimed again")
+		// Its start time: the changed job runs with its new payload, the paused one not.
+		startNow("changed")
 		require.Eventually(t, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(starts) == 1
-		}, 5*time.Second, 5*time.Millisecond)
-		for {
-			n, err := s.ServerNow(ctx)
-			require.NoError(t, err)
-			if n.After(due.Add(300 * time.Millisecond)) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		}, 10*time.Second, 5*time.Millisecond)
 		mu.Lock()
 		require.Len(t, starts, 1, "the paused job's run did not start")
 		require.Equal(t, "changed", starts[0].JobID)
@@ -90,11 +123,13 @@ func TestWorker_HeldRunObeysPauseAndUpdate(t *testing.T) {
 
 		_, _, err = s.Resume(ctx, "paused")
 		require.NoError(t, err)
+		require.Eventually(t, func() bool { return waiting("paused") != "" }, 10*time.Second, 2*time.Millisecond, "claimed again after the resume")
+		startNow("paused")
 		require.Eventually(t, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(starts) == 2
-		}, 5*time.Second, 5*time.Millisecond)
+		}, 10*time.Second, 5*time.Millisecond)
 		mu.Lock()
 		require.Equal(t, "paused", starts[1].JobID)
 		require.Equal(t, 1, starts[1].Attempt, "a hand-back uses no attempt")
@@ -103,7 +138,7 @@ func TestWorker_HeldRunObeysPauseAndUpdate(t *testing.T) {
 			info, err := s.Get(ctx, "paused")
 			require.NoError(t, err)
 			return info.State == job.StateCompleted
-		}, 5*time.Second, 5*time.Millisecond)
+		}, 10*time.Second, 5*time.Millisecond)
 	})
 }
 
