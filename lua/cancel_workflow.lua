@@ -12,7 +12,8 @@
 -- ARGV[5] retention  ms      how long the workflow and its jobs are kept
 --
 -- Derived keys: P..'wf:'..id, P..'wfd:'..def, P..'job:'..id..'@'..node, and those of
---               cancel_job
+--               cancel_job (with the packed form's: a started buffered instance's roots
+--               are packed as they are released)
 --
 -- A cancelled scheduled instance leaves its definition's running set: the buffered
 -- instance, if any, starts (its roots' runs are made ready).

@@ -11,7 +11,8 @@
 -- ARGV[2] def      string  a definition id; more may follow (ARGV[3], ...)
 --
 -- Derived keys: P..'wfd:'..def, P..'wf:'..instance, P..'job:'..instance..'@'..node,
---               P..'ready:'..queue, P..'stats'
+--               P..'ready:'..queue, P..'stats', and the packed form's keys (a released
+--               node's job is packed: include workflow's wf_release)
 --
 -- Returns: { started, queues }
 --   started  buffered instances started

@@ -67,7 +67,10 @@ type Config struct {
 	// a write per run (docs/architecture.md). Any change
 	// to it other than a claim and a successful ack thaws it into its job hash first;
 	// reads, lists and snapshots see it as that hash. Older versions of tock do not know
-	// packed jobs: a worker of one drops a packed job's run as an orphan.
+	// packed jobs: a worker of one drops a packed job's run as an orphan. A workflow
+	// created with packing on packs its nodes' jobs as they are released, as it goes on
+	// (its hash records it, and a snapshot keeps it), whatever the Config of the store
+	// that ends its nodes; one created with NoPack never does.
 	NoPack bool
 	// History is how many recent runs each job keeps. Default 20.
 	History int

@@ -1196,3 +1196,39 @@ func TestWorkflow_ReleasedNodesArePacked(t *testing.T) {
 		}
 	})
 }
+
+// A node's payload, split into chunks in its job hash, comes back whole and in order once
+// its job is packed at its release, though a value over 64 bytes (here its type) makes
+// the hash a hash table, whose fields come in no set order.
+func TestWorkflow_ReleasedNodeKeepsItsPayload(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		var payload []byte
+		for c := range 8 {
+			payload = append(payload, bytes.Repeat([]byte{byte('a' + c)}, 64)...)
+		}
+		long := strings.Repeat("t", 100)
+		child := node("b", "a")
+		child.Type, child.Payload = long, payload
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "pl", Jobs: []job.Node{node("a"), child}})
+		require.NoError(t, err)
+		id := s.ShardOf("pl")
+		c, err := s.Claim(ctx, id, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		errs, err := s.FinishRuns(ctx, id, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+
+		info, err := s.Get(ctx, "pl@b")
+		require.NoError(t, err)
+		require.Equal(t, job.StateReady, info.State)
+		require.Equal(t, string(payload), string(info.Payload))
+		c, err = s.Claim(ctx, id, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		require.Equal(t, long, c[0].Type)
+		require.Equal(t, string(payload), string(c[0].Payload))
+	})
+}

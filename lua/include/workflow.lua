@@ -128,9 +128,17 @@ local function wf_release(P, id, nowStr, pack)
   local all = redis.call('HGETALL', jobKey)
   local st, cr, dh, q, pri = nil, nowStr, '', '', ''
   local def, fresh = {}, true
+  -- The payload's chunks (p, p1 … p9: shard/jobs.go appendPayload) by their index:
+  -- HGETALL gives a job hash's fields in no set order once the hash is a hash table (a
+  -- value over 64 bytes makes it one), and record_encode joins them in the order given.
+  local chunks, last = {}, -1
   for k = 1, #all, 2 do
     local f, v = all[k], all[k + 1]
-    if f == 'st' then
+    local c = f == 'p' and 0 or (#f == 2 and string.byte(f) == 112 and tonumber(string.sub(f, 2)))
+    if c then
+      chunks[c] = v
+      last = math.max(last, c)
+    elseif f == 'st' then
       st = v
     elseif f == 'cr' then
       cr = v
@@ -151,6 +159,11 @@ local function wf_release(P, id, nowStr, pack)
   end
   if st ~= 'waiting' then
     return
+  end
+  for c = 0, last do
+    if chunks[c] then
+      def[#def + 1], def[#def + 2] = c == 0 and 'p' or 'p' .. c, chunks[c]
+    end
   end
   new_run(id, nowStr, q, pri)
   if fresh and (pri == '' or PRI_DIGIT[pri]) then
@@ -303,18 +316,14 @@ local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, r
         read[#read + 1] = f
       end
     end
-    local got = wf_hmget(wk, read)
-    local g = 0
+    local got, stored = wf_hmget(wk, read), {}
+    for g, f in ipairs(read) do
+      stored[f] = got[g]
+    end
     for _, child in ipairs(names) do
       local f = 's:' .. child
       local at = pending[f]
-      local c
-      if at then
-        c = wf_get(writes[at])
-      else
-        g = g + 1
-        c = wf_get(got[g])
-      end
+      local c = wf_get(at and writes[at] or stored[f])
       if c and c.st == 'waiting' then
         c[cat] = c[cat] + 1
         local d = wf_decide(c)
