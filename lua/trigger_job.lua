@@ -26,7 +26,7 @@ local jobKey = P .. 'job:' .. id
 if redis.call('EXISTS', jobKey) == 0 then
   thaw_job(P, bucketsKey, bucketMs, id)
 end
-local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl')
+local j = redis.call('HMGET', jobKey, 'st', 'nx', 'q', 'pr', 'sk', 'rl', 'h')
 if not j[1] then
   return { -1, '', '', '' }
 end
@@ -42,6 +42,15 @@ if j[5] ~= 'cron' then
   redis.call('HSET', jobKey, 'st', 'ready', 'nx', 0)
 end
 local due = now_ms()
+-- A run is named by its job and due time: the new run takes a millisecond no active run
+-- has, nor the newest ended one (the head of the history), whose record and result the
+-- run of the same name would overwrite (a trigger in the millisecond of a run that has
+-- been triggered, claimed and acked already).
+local newest = j[7] and string.match(j[7], '^[^\n]*')
+newest = newest and tonumber(string.match(newest, '^(%d+),') or string.match(newest, '"d":(%d+)'))
+if newest and due <= newest then
+  due = newest + 1
+end
 while rl_has(j[6], num(due)) do
   due = due + 1
 end

@@ -212,3 +212,34 @@ func TestResult_KeptBySnapshot(t *testing.T) {
 		require.Equal(t, []byte("42"), runs[0].Result)
 	})
 }
+
+// Two triggers of a recurring job in one millisecond of the Redis clock, the first run
+// acked in between, make two runs: the second takes the next millisecond, and neither
+// overwrites the other's record or result. (Miniredis: its clock stands still.)
+func TestTrigger_SameMillisecondAfterAnAck(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	s, _ := frozen(t, now, shard.Config{Shards: 1})
+	_, err := s.Create(ctx, []*job.Job{{ID: "cron", Type: "t", Schedule: job.Schedule{Cron: "0 0 1 1 *"}}})
+	require.NoError(t, err)
+	var members []string
+	for i := range 2 {
+		_, err := s.Trigger(ctx, "cron")
+		require.NoError(t, err)
+		c, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		members = append(members, c[0].Member)
+		errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: c[0].Member, Token: c[0].Token, Outcome: shard.Succeeded, Result: []byte{byte('a' + i)}}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+	}
+	require.NotEqual(t, members[0], members[1])
+	runs, err := s.Runs(ctx, "cron")
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	require.Equal(t, []byte("b"), runs[0].Result)
+	require.Equal(t, []byte("a"), runs[1].Result)
+	require.True(t, now.Add(time.Millisecond).Equal(runs[0].Due), "%v", runs[0].Due)
+	require.True(t, now.Equal(runs[1].Due), "%v", runs[1].Due)
+}
