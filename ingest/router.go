@@ -731,6 +731,8 @@ func (s *Server) storeAPIError(ctx context.Context, what string, err error) *api
 	switch {
 	case errors.Is(err, shard.ErrNotFound), errors.Is(err, shard.ErrWorkflowNotFound):
 		return &apiError{status: 404, code: CodeNotFound, msg: what + " not found"}
+	case errors.Is(err, shard.ErrWorkflowIDTaken):
+		return &apiError{status: 409, code: CodeConflict, field: "id", msg: what + ": " + err.Error()}
 	case errors.As(err, &se):
 		return &apiError{status: 409, code: CodeState, msg: se.Error()}
 	case errors.As(err, &ne):

@@ -66,8 +66,8 @@ func (s *Server) createWorkflow(ctx *fasthttp.RequestCtx, _ string) {
 	if w.ID == "" {
 		w.ID = job.NewID()
 	}
-	// Validated before any read (otherKind): on a copy, which the store's own
-	// normalising does not see (normalising twice is not the same as once).
+	// Validated before the admission's count of its roots: on a copy, which the store's
+	// own normalising does not see (normalising twice is not the same as once).
 	probe := *w
 	probe.Jobs = slices.Clone(w.Jobs)
 	if err := probe.Normalize(s.store.Config().MaxNodes, s.maxPayload); err != nil {
@@ -87,18 +87,13 @@ func (s *Server) createWorkflow(ctx *fasthttp.RequestCtx, _ string) {
 	}
 	rc, cancel := s.rctx(ctx)
 	defer cancel()
-	aerr = s.otherKind(rc, w)
-	var res shard.WorkflowResult
-	var err error
-	if aerr == nil {
-		res, err = s.store.CreateWorkflow(rc, w)
-	}
+	res, err := s.store.CreateWorkflow(rc, w)
 	if s.cfg.MaxBacklog > 0 && !res.Created {
 		s.admitted.Add(-int64(roots))
 	}
 	switch {
-	case aerr != nil:
-		writeError(ctx, aerr)
+	case errors.Is(err, shard.ErrWorkflowIDTaken):
+		writeError(ctx, otherKind(w))
 		return
 	case err != nil:
 		s.storeError(ctx, workflowWhat(w.ID), err)
@@ -168,31 +163,18 @@ func decodeWorkflow(r *WorkflowRequest, maxPayload int, check func(*job.Job) *ap
 	return w, nil
 }
 
-// otherKind refuses a workflow whose id names the other kind: a scheduled definition
-// for a workflow without a schedule, a workflow for a scheduled one. The store keeps
-// them apart (a definition is a job, a workflow its own hash), so without this check
-// one id could name both, and GET /v1/workflows/{id} could show only one.
-func (s *Server) otherKind(ctx context.Context, w *job.Workflow) *apiError {
+// otherKind is the 409 of a workflow whose id the other kind has: a scheduled
+// definition for a workflow without a schedule, a workflow for a scheduled one. The
+// store keeps them apart (a definition is a job, a workflow its own hash) and refuses
+// the second in the script that would store it (shard.ErrWorkflowIDTaken), so that one
+// id names one workflow and GET /v1/workflows/{id} shows it.
+func otherKind(w *job.Workflow) *apiError {
 	if w.Schedule != nil {
-		_, err := s.store.Workflow(ctx, w.ID)
-		switch {
-		case err == nil:
-			return &apiError{status: 409, code: CodeConflict, field: "id",
-				msg: workflowWhat(w.ID) + " exists, without a schedule: a scheduled workflow needs another id"}
-		case errors.Is(err, shard.ErrWorkflowNotFound):
-			return nil
-		}
-		return s.storeAPIError(ctx, workflowWhat(w.ID), err)
-	}
-	_, err := s.definition(ctx, w.ID)
-	switch {
-	case err == nil:
 		return &apiError{status: 409, code: CodeConflict, field: "id",
-			msg: workflowWhat(w.ID) + " exists as a scheduled workflow: a workflow without a schedule needs another id"}
-	case errors.Is(err, shard.ErrWorkflowNotFound):
-		return nil
+			msg: workflowWhat(w.ID) + " exists, without a schedule: a scheduled workflow needs another id"}
 	}
-	return s.storeAPIError(ctx, workflowWhat(w.ID), err)
+	return &apiError{status: 409, code: CodeConflict, field: "id",
+		msg: workflowWhat(w.ID) + " exists as a scheduled workflow: a workflow without a schedule needs another id"}
 }
 
 // maxNodeLookups bounds the node jobs one conflict reads to name the nodes that differ.

@@ -24,6 +24,8 @@
 --               the keys of the packed, cold and plain forms (their includes)
 --
 -- A job whose first run is due at or before now goes straight to the ready set.
+-- A scheduled workflow's definition (a cron job of type '@workflow') whose id a workflow
+-- has (P..'wf:'..id) is refused: status -6.
 --
 -- Returns: { wake, queues, results }
 --   wake     earliest new due time when it is earlier than every run the shard held
@@ -108,6 +110,11 @@ for c = 1, n do
   end
   if existing and existing[1] then
     results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = 0, existing[1], tonumber(existing[2]) or 0, existing[3] or ''
+  elseif kind == 'cron' and def_of('t', ARGV, defStart, defEnd) == '@workflow' and
+      redis.call('EXISTS', P .. 'wf:' .. id) == 1 then
+    -- A scheduled workflow's definition whose id a workflow (without a schedule) has:
+    -- one id names one workflow (create_workflow refuses the other way round).
+    results[nr + 1], results[nr + 2], results[nr + 3], results[nr + 4] = -6, '', 0, ''
   else
     local due = due_of(kind, when, now)
     if not due then

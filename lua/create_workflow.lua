@@ -33,7 +33,8 @@
 --
 -- Returns: { status, state, dh, queues }
 --   status 1 created, 0 the id existed (state and dh are the existing workflow's),
---          2 skipped (overlap skip, or buffer_one with an instance buffered already)
+--          2 skipped (overlap skip, or buffer_one with an instance buffered already),
+--          3 the id is a scheduled workflow's definition's
 --   queues queues that received ready runs
 --- @include "workflow"
 --- @include "packed"
@@ -50,6 +51,11 @@ local n = tonumber(ARGV[7])
 local w = redis.call('HMGET', wk, 'st', 'dh')
 if w[1] then
   return { 0, w[1], w[2] or '', {} }
+end
+-- One id names one workflow: a scheduled workflow's definition (a job of type
+-- '@workflow', create_jobs) has this one. An instance's id has an '@', a job's none.
+if def == '' and redis.call('HGET', P .. 'job:' .. wf, 't') == '@workflow' then
+  return { 3, '', '', {} }
 end
 local now, _, nowStr = now_ms()
 

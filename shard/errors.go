@@ -14,6 +14,10 @@ var (
 	ErrLeaseLost     = errors.New("shard lease lost")
 	ErrClockSkew     = errors.New("no occurrence after the Redis server's time: local clock estimate is off")
 	ErrLeaseHeld     = errors.New("shard lease held by another dispatcher")
+	// ErrWorkflowIDTaken refuses a workflow whose id the other kind has: a scheduled
+	// workflow's definition for a workflow without a schedule, or the other way round.
+	// One id names one workflow.
+	ErrWorkflowIDTaken = errors.New("the id is taken by the other kind of workflow (scheduled or not)")
 )
 
 // Script reply codes (negative integers) and the sentinel each maps to.
@@ -22,6 +26,7 @@ var codeErrors = map[int64]error{
 	-2: ErrTokenMismatch,
 	-3: ErrLeaseLost,
 	-4: ErrClockSkew,
+	-6: ErrWorkflowIDTaken,
 }
 
 func codeError(code int64) error {

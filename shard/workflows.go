@@ -54,7 +54,9 @@ type WorkflowResult struct {
 // script call, or with a Schedule stores its definition, a recurring job whose runs
 // create its instances. w is normalised in place (job.Workflow.Normalize); an invalid
 // workflow is a *job.FieldError naming the node at fault. An id that exists is left as it
-// is (Created false; Conflict when its definition differs).
+// is (Created false; Conflict when its definition differs); one that the other kind has
+// (a scheduled definition for a workflow without a schedule, or the other way round) is
+// ErrWorkflowIDTaken, checked in the script that would store it.
 func (s *Store) CreateWorkflow(ctx context.Context, w *job.Workflow) (WorkflowResult, error) {
 	if err := w.Normalize(s.cfg.MaxNodes, s.cfg.MaxPayload); err != nil {
 		return WorkflowResult{ID: w.ID}, err
@@ -152,6 +154,9 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 		return res, fmt.Errorf("create workflow %q: %w", w.ID, err)
 	}
 	status := i64(reply[0])
+	if status == 3 {
+		return res, fmt.Errorf("create workflow %q: %w", w.ID, ErrWorkflowIDTaken)
+	}
 	res.State = job.WorkflowState(str(reply[1]))
 	res.Created = status == 1
 	res.Skipped = status == 2

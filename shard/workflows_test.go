@@ -1232,3 +1232,40 @@ func TestWorkflow_ReleasedNodeKeepsItsPayload(t *testing.T) {
 		require.Equal(t, string(payload), string(c[0].Payload))
 	})
 }
+
+// One id names one workflow: a scheduled definition refuses the id of a workflow without
+// a schedule, and the other way round, in the script that would store the second (no
+// read before it to race with). A plain job of the same id is no workflow, and stops
+// neither.
+func TestWorkflow_OneIDOneKind(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		sched := func(id string) *job.Workflow {
+			return &job.Workflow{ID: id, Jobs: []job.Node{node("a")}, Schedule: &job.Schedule{Cron: "0 3 * * *"}}
+		}
+		plain := func(id string) *job.Workflow { return &job.Workflow{ID: id, Jobs: []job.Node{node("a")}} }
+
+		r, err := s.CreateWorkflow(ctx, sched("nightly"))
+		require.NoError(t, err)
+		require.True(t, r.Created)
+		_, err = s.CreateWorkflow(ctx, plain("nightly"))
+		require.ErrorIs(t, err, shard.ErrWorkflowIDTaken)
+		_, err = s.Workflow(ctx, "nightly")
+		require.ErrorIs(t, err, shard.ErrWorkflowNotFound, "nothing stored")
+
+		r, err = s.CreateWorkflow(ctx, plain("etl"))
+		require.NoError(t, err)
+		require.True(t, r.Created)
+		_, err = s.CreateWorkflow(ctx, sched("etl"))
+		require.ErrorIs(t, err, shard.ErrWorkflowIDTaken)
+		_, err = s.Get(ctx, "etl")
+		require.ErrorIs(t, err, shard.ErrNotFound, "no definition stored")
+
+		_, err = s.Create(ctx, []*job.Job{{ID: "report", Type: "t", Schedule: job.Schedule{Cron: "0 3 * * *"}}})
+		require.NoError(t, err)
+		r, err = s.CreateWorkflow(ctx, plain("report"))
+		require.NoError(t, err)
+		require.True(t, r.Created)
+	})
+}
