@@ -64,6 +64,7 @@ if mode == 'reap' and redis.call('GET', leaseKey) ~= ARGV[6] then
 end
 
 local now, _, nowStr = now_ms()
+wf_reset_ends()
 local leaving = {}
 -- What a succeeded packed run's state gets after its running state (packed_done).
 local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
@@ -155,7 +156,7 @@ local function finish(member, outcome, token, errmsg, delay)
       end
       redis.call('PEXPIRE', jobKey, retention)
       if string.find(id, '@', 1, true) then
-        wf_node_end(P, id, 'succeeded', result, att, now, nowStr, keep, retention)
+        wf_end_later(id, 'succeeded', result, att)
       end
       return 1
     end
@@ -192,7 +193,7 @@ local function finish(member, outcome, token, errmsg, delay)
       keep_result(jobKey, due)
     end
     redis.call('PEXPIRE', jobKey, retention)
-    wf_node_end(P, id, st == 'cancelled' and 'cancelled' or 'succeeded', result, att, now, nowStr, keep, retention)
+    wf_end_later(id, st == 'cancelled' and 'cancelled' or 'succeeded', result, att)
     return 1
   end
 
@@ -252,7 +253,7 @@ local function finish(member, outcome, token, errmsg, delay)
     rl = rl_del(rl, due)
     if once then
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'dead', 'rl', rl, 'h', h)
-      wf_node_end(P, id, 'failed', nil, att, now, nowStr, keep, retention)
+      wf_end_later(id, 'failed', nil, att)
     else
       local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
       redis.call('HSET', jobKey, rf, run_pack(r), 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
@@ -283,7 +284,7 @@ local function finish(member, outcome, token, errmsg, delay)
     redis.call('PEXPIRE', jobKey, retention)
     -- A node cancelled by its worker (do not retry) failed; by a cancel of its job or
     -- workflow, it was cancelled.
-    wf_node_end(P, id, st == 'cancelled' and 'cancelled' or 'failed', nil, att, now, nowStr, keep, retention)
+    wf_end_later(id, st == 'cancelled' and 'cancelled' or 'failed', nil, att)
   else
     local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
     redis.call('HSET', jobKey, 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
@@ -296,6 +297,7 @@ end
 local packedIds, packedRuns = {}, {}
 
 local function done()
+  wf_flush_ends(P, now, nowStr, keep, retention)
   if #packedIds > 0 then
     packed_done(P, packedIds, packedRuns, doneSuffix, now + tonumber(retention), bucketMs)
   end
@@ -380,7 +382,7 @@ for k = 1, n do
       results[k] = 1
       if find(id, '@', 1, true) then
         -- A workflow's root (create_workflow packs them): its first attempt succeeded.
-        wf_node_end(P, id, 'succeeded', nil, 1, now, nowStr, keep, retention)
+        wf_end_later(id, 'succeeded', nil, 1)
       end
     else
       packed_thaw(P, id)

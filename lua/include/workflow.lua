@@ -274,46 +274,79 @@ local function wf_hset(key, kv)
   end
 end
 
--- wf_mark ends node `node` of workflow wf (hash wk) as st unless it ended already, and
--- moves its descendants: a child whose rule is met is released, one whose rule can no
--- longer be met ends at once (and so on down). A succeeded node's result (may be nil)
--- is kept as its 'x:' field. Returns true when the node ended now.
+-- wf_mark_many ends nodes of workflow wf (hash wk), ends a list of { node, state, result
+-- (a succeeded node's, may be nil), attempts (nil: kept) }, each unless it ended already,
+-- and moves their descendants: a child whose rule is met is released, one whose rule can
+-- no longer be met ends at once (and so on down). The nodes end together: a child counts
+-- all of its parents among them before its rule is applied, which decides as applying it
+-- after each would (the rules are decided the same whatever the order the parents end
+-- in). Returns how many of them ended now.
 --
--- It runs at every node's end, so it makes few calls: the node's state and children in
--- one read, each node's children's states in one read, and every state written in one
--- write at the end (a state changed during the call is read from what will be written).
-local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, result)
-  local fs = 's:' .. node
-  local v = redis.call('HMGET', wk, fs, 'c:' .. node, 'pk')
-  local pack = v[3] == '1'
-  -- Only the node's own state, its end and its attempts change: the rest is kept as is.
-  local cur, mid, oldAtt = string.match(v[1] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
-  if cur ~= 'waiting' and cur ~= 'released' then
-    return false
+-- It runs at every node's end, so it makes few calls, however many nodes of a workflow
+-- one call ends (a fan-out's parents acked together): the nodes' states and children in
+-- one read, the children's states in one, and every state written in one write at the
+-- end (a state changed during the call is read from what will be written).
+local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
+  local fields = { 'pk' }
+  for _, e in ipairs(ends) do
+    fields[#fields + 1], fields[#fields + 2] = 's:' .. e[1], 'c:' .. e[1]
   end
-  local writes = { fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and num(att) or oldAtt) }
-  if result and st == 'succeeded' then
-    -- Its children are claimed after this call: they find it.
-    writes[3], writes[4] = 'x:' .. node, result
+  local v = wf_hmget(wk, fields)
+  local pack = v[1] == '1'
+  local writes, pending = {}, {} -- field, value, ...; field -> where writes holds its value
+  local function write(f, value)
+    local at = pending[f]
+    if not at then
+      at = #writes + 2
+      writes[at - 1] = f
+      pending[f] = at
+    end
+    writes[at] = value
   end
-  local pending = {} -- field -> its new state, where writes holds it
-  local bad = 0
-  local ended = 1
-  if wf_category(st) == 'bad' then
-    bad = 1
-  end
-  -- Depth first over the nodes that end because this one did: their children (as stored)
-  -- and how their end counts.
-  local stack = { v[2] or '', wf_category(st) }
-  while #stack > 0 do
-    local cat = table.remove(stack)
-    local children = table.remove(stack)
-    local names, read = {}, {}
+  local bad, ended, marked = 0, 0, 0
+  -- The children to move, in order, and per child how many of its parents ended now, by
+  -- how each end counts (wf_category).
+  local kids, counts = {}, {}
+  local function count(children, cat, n)
     for child in string.gmatch(children, '[^,]+') do
-      local f = 's:' .. child
-      names[#names + 1] = child
-      if not pending[f] then
-        read[#read + 1] = f
+      local c = counts[child]
+      if not c then
+        c = { ok = 0, bad = 0, skip = 0 }
+        counts[child] = c
+        kids[#kids + 1] = child
+      end
+      c[cat] = c[cat] + n
+    end
+  end
+  for k, e in ipairs(ends) do
+    local node, st = e[1], e[2]
+    local fs = 's:' .. node
+    local at = pending[fs]
+    -- Only the node's own state, its end and its attempts change: the rest is kept as is.
+    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * k] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+    if cur == 'waiting' or cur == 'released' then
+      write(fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (e[4] and num(e[4]) or oldAtt))
+      if e[3] and st == 'succeeded' then
+        -- Its children are claimed after this call: they find it.
+        write('x:' .. node, e[3])
+      end
+      marked, ended = marked + 1, ended + 1
+      local cat = wf_category(st)
+      if cat == 'bad' then
+        bad = bad + 1
+      end
+      count(v[2 * k + 1] or '', cat, 1)
+    end
+  end
+  -- Level by level: the children counted, then those of the children that ended because
+  -- of them (rarely any).
+  while #kids > 0 do
+    local names, tally = kids, counts
+    kids, counts = {}, {}
+    local read = {}
+    for _, child in ipairs(names) do
+      if not pending['s:' .. child] then
+        read[#read + 1] = 's:' .. child
       end
     end
     local got, stored = wf_hmget(wk, read), {}
@@ -325,7 +358,8 @@ local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, r
       local at = pending[f]
       local c = wf_get(at and writes[at] or stored[f])
       if c and c.st == 'waiting' then
-        c[cat] = c[cat] + 1
+        local t = tally[child]
+        c.ok, c.bad, c.skip = c.ok + t.ok, c.bad + t.bad, c.skip + t.skip
         local d = wf_decide(c)
         if d == 'run' then
           c.st, c.rel = 'released', nowStr
@@ -338,17 +372,14 @@ local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, r
           end
           wf_end_job(P, wf .. '@' .. child, d == 'skipped' and 'skipped: its rule ' .. c.rule .. ' can no longer be met'
             or 'upstream failed: its rule ' .. c.rule .. ' can no longer be met', now, keep, retention)
-          stack[#stack + 1] = redis.call('HGET', wk, 'c:' .. child) or ''
-          stack[#stack + 1] = wf_category(d)
+          count(redis.call('HGET', wk, 'c:' .. child) or '', wf_category(d), 1)
         end
-        if not at then
-          at = #writes + 2
-          writes[at - 1] = f
-          pending[f] = at
-        end
-        writes[at] = wf_pack(c)
+        write(f, wf_pack(c))
       end
     end
+  end
+  if marked == 0 then
+    return 0
   end
   wf_hset(wk, writes)
   if bad > 0 then
@@ -357,7 +388,13 @@ local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, r
   if redis.call('HINCRBY', wk, 'left', -ended) <= 0 then
     wf_finished(P, wk, wf, now, nowStr, retention)
   end
-  return true
+  return marked
+end
+
+-- wf_mark ends node `node` of workflow wf as st (wf_mark_many). Returns true when the
+-- node ended now.
+local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, result)
+  return wf_mark_many(P, wk, wf, { { node, st, result, att } }, now, nowStr, keep, retention) > 0
 end
 
 -- wf_node_end records that node job id's run ended (st: succeeded, failed or cancelled)
@@ -369,4 +406,47 @@ local function wf_node_end(P, id, st, result, att, now, nowStr, keep, retention)
     return
   end
   wf_mark(P, P .. 'wf:' .. wf, wf, node, st, now, nowStr, keep, retention, att, result)
+end
+
+-- Node ends that finish_runs collects (wf_end_later) and moves at once per workflow
+-- (wf_flush_ends): the ends of one call that belong to one workflow take one
+-- wf_mark_many.
+local wfEnds, wfOrder
+
+-- wf_reset_ends empties wf_end_later's collection (finish_runs calls it first: a function
+-- library's helpers outlive a call, and a call that failed may have left some).
+local function wf_reset_ends()
+  wfEnds, wfOrder = nil, nil
+end
+
+-- wf_end_later records, as wf_node_end does, that node job id's run ended, for
+-- wf_flush_ends. A job that is no node is left out.
+local function wf_end_later(id, st, result, att)
+  local wf, node = wf_split(id)
+  if not wf then
+    return
+  end
+  if not wfEnds then
+    wfEnds, wfOrder = {}, {}
+  end
+  local list = wfEnds[wf]
+  if not list then
+    list = {}
+    wfEnds[wf] = list
+    wfOrder[#wfOrder + 1] = wf
+  end
+  list[#list + 1] = { node, st, result, att }
+end
+
+-- wf_flush_ends moves the workflows of the node ends wf_end_later collected, one
+-- wf_mark_many each, in the order they first ended.
+local function wf_flush_ends(P, now, nowStr, keep, retention)
+  if not wfOrder then
+    return
+  end
+  local order, ends = wfOrder, wfEnds
+  wfEnds, wfOrder = nil, nil
+  for _, wf in ipairs(order) do
+    wf_mark_many(P, P .. 'wf:' .. wf, wf, ends[wf], now, nowStr, keep, retention)
+  end
 end
