@@ -257,6 +257,11 @@ end
 -- wf_hmget reads fields of hash key at once (in chunks: Lua's stack holds some thousands
 -- of values).
 local function wf_hmget(key, fields)
+  if #fields == 0 then
+    return {}
+  elseif #fields <= 1000 then
+    return redis.call('HMGET', key, unpack(fields))
+  end
   local out = {}
   for k = 1, #fields, 1000 do
     local got = redis.call('HMGET', key, unpack(fields, k, math.min(k + 999, #fields)))
@@ -274,8 +279,36 @@ local function wf_hset(key, kv)
   end
 end
 
--- wf_mark_many ends nodes of workflow wf (hash wk), ends a list of { node, state, result
--- (a succeeded node's, may be nil), attempts (nil: kept) }, each unless it ended already,
+-- wf_write sets field f of a workflow's pending writes (field, value, ... in writes;
+-- pending: field -> where writes holds its value) to value.
+local function wf_write(writes, pending, f, value)
+  local at = pending[f]
+  if not at then
+    at = #writes + 2
+    writes[at - 1] = f
+    pending[f] = at
+  end
+  writes[at] = value
+end
+
+-- wf_count counts, for each of the children (a node's 'c:' field), one more parent that
+-- ended as cat (wf_category) in counts (child -> { ok, bad, skip }), listing in kids the
+-- children it counts first.
+local function wf_count(kids, counts, children, cat)
+  for child in string.gmatch(children, '[^,]+') do
+    local c = counts[child]
+    if not c then
+      c = { ok = 0, bad = 0, skip = 0 }
+      counts[child] = c
+      kids[#kids + 1] = child
+    end
+    c[cat] = c[cat] + 1
+  end
+end
+
+-- wf_mark_many ends nodes of workflow wf (hash wk), ends a list of node, state, result
+-- (a succeeded node's, may be false), attempts (false: kept), ... (4 values a node),
+-- each unless it ended already,
 -- and moves their descendants: a child whose rule is met is released, one whose rule can
 -- no longer be met ends at once (and so on down). The nodes end together: a child counts
 -- all of its parents among them before its rule is applied, which decides as applying it
@@ -288,61 +321,43 @@ end
 -- end (a state changed during the call is read from what will be written).
 local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
   local fields = { 'pk' }
-  for _, e in ipairs(ends) do
-    fields[#fields + 1], fields[#fields + 2] = 's:' .. e[1], 'c:' .. e[1]
+  for k = 1, #ends, 4 do
+    fields[#fields + 1], fields[#fields + 2] = 's:' .. ends[k], 'c:' .. ends[k]
   end
   local v = wf_hmget(wk, fields)
   local pack = v[1] == '1'
   local writes, pending = {}, {} -- field, value, ...; field -> where writes holds its value
-  local function write(f, value)
-    local at = pending[f]
-    if not at then
-      at = #writes + 2
-      writes[at - 1] = f
-      pending[f] = at
-    end
-    writes[at] = value
-  end
   local bad, ended, marked = 0, 0, 0
   -- The children to move, in order, and per child how many of its parents ended now, by
   -- how each end counts (wf_category).
   local kids, counts = {}, {}
-  local function count(children, cat, n)
-    for child in string.gmatch(children, '[^,]+') do
-      local c = counts[child]
-      if not c then
-        c = { ok = 0, bad = 0, skip = 0 }
-        counts[child] = c
-        kids[#kids + 1] = child
-      end
-      c[cat] = c[cat] + n
-    end
-  end
-  for k, e in ipairs(ends) do
-    local node, st = e[1], e[2]
+  local n = 0
+  for k = 1, #ends, 4 do
+    local node, st, result, att = ends[k], ends[k + 1], ends[k + 2], ends[k + 3]
+    n = n + 1
     local fs = 's:' .. node
     local at = pending[fs]
     -- Only the node's own state, its end and its attempts change: the rest is kept as is.
-    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * k] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
     if cur == 'waiting' or cur == 'released' then
-      write(fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (e[4] and num(e[4]) or oldAtt))
-      if e[3] and st == 'succeeded' then
+      wf_write(writes, pending, fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and num(att) or oldAtt))
+      if result and st == 'succeeded' then
         -- Its children are claimed after this call: they find it.
-        write('x:' .. node, e[3])
+        wf_write(writes, pending, 'x:' .. node, result)
       end
       marked, ended = marked + 1, ended + 1
       local cat = wf_category(st)
       if cat == 'bad' then
         bad = bad + 1
       end
-      count(v[2 * k + 1] or '', cat, 1)
+      wf_count(kids, counts, v[2 * n + 1] or '', cat)
     end
   end
   -- Level by level: the children counted, then those of the children that ended because
   -- of them (rarely any).
-  while #kids > 0 do
+  while kids and #kids > 0 do
     local names, tally = kids, counts
-    kids, counts = {}, {}
+    kids, counts = nil, nil
     local read = {}
     for _, child in ipairs(names) do
       if not pending['s:' .. child] then
@@ -372,9 +387,12 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
           end
           wf_end_job(P, wf .. '@' .. child, d == 'skipped' and 'skipped: its rule ' .. c.rule .. ' can no longer be met'
             or 'upstream failed: its rule ' .. c.rule .. ' can no longer be met', now, keep, retention)
-          count(redis.call('HGET', wk, 'c:' .. child) or '', wf_category(d), 1)
+          if not kids then
+            kids, counts = {}, {}
+          end
+          wf_count(kids, counts, redis.call('HGET', wk, 'c:' .. child) or '', wf_category(d))
         end
-        write(f, wf_pack(c))
+        wf_write(writes, pending, f, wf_pack(c))
       end
     end
   end
@@ -394,7 +412,7 @@ end
 -- wf_mark ends node `node` of workflow wf as st (wf_mark_many). Returns true when the
 -- node ended now.
 local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, result)
-  return wf_mark_many(P, wk, wf, { { node, st, result, att } }, now, nowStr, keep, retention) > 0
+  return wf_mark_many(P, wk, wf, { node, st, result or false, att or false }, now, nowStr, keep, retention) > 0
 end
 
 -- wf_node_end records that node job id's run ended (st: succeeded, failed or cancelled)
@@ -435,7 +453,8 @@ local function wf_end_later(id, st, result, att)
     wfEnds[wf] = list
     wfOrder[#wfOrder + 1] = wf
   end
-  list[#list + 1] = { node, st, result, att }
+  local k = #list
+  list[k + 1], list[k + 2], list[k + 3], list[k + 4] = node, st, result or false, att or false
 end
 
 -- wf_flush_ends moves the workflows of the node ends wf_end_later collected, one
