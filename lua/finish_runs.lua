@@ -64,8 +64,9 @@ if mode == 'reap' and redis.call('GET', leaseKey) ~= ARGV[6] then
 end
 
 local now, _, nowStr = now_ms()
-wf_reset_ends()
 local leaving = {}
+-- The node ends of this call, moved once per workflow by done (include workflow).
+local wfEnds = wf_ends()
 -- What a succeeded packed run's state gets after its running state (packed_done).
 local doneSuffix = '|' .. nowStr .. '|' .. num(now + tonumber(retention))
 
@@ -156,7 +157,7 @@ local function finish(member, outcome, token, errmsg, delay)
       end
       redis.call('PEXPIRE', jobKey, retention)
       if string.find(id, '@', 1, true) then
-        wf_end_later(id, 'succeeded', result, att)
+        wf_end_later(wfEnds, id, 'succeeded', result, att)
       end
       return 1
     end
@@ -193,7 +194,7 @@ local function finish(member, outcome, token, errmsg, delay)
       keep_result(jobKey, due)
     end
     redis.call('PEXPIRE', jobKey, retention)
-    wf_end_later(id, st == 'cancelled' and 'cancelled' or 'succeeded', result, att)
+    wf_end_later(wfEnds, id, st == 'cancelled' and 'cancelled' or 'succeeded', result, att)
     return 1
   end
 
@@ -253,7 +254,7 @@ local function finish(member, outcome, token, errmsg, delay)
     rl = rl_del(rl, due)
     if once then
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'dead', 'rl', rl, 'h', h)
-      wf_end_later(id, 'failed', nil, att)
+      wf_end_later(wfEnds, id, 'failed', nil, att)
     else
       local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
       redis.call('HSET', jobKey, rf, run_pack(r), 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
@@ -284,7 +285,7 @@ local function finish(member, outcome, token, errmsg, delay)
     redis.call('PEXPIRE', jobKey, retention)
     -- A node cancelled by its worker (do not retry) failed; by a cancel of its job or
     -- workflow, it was cancelled.
-    wf_end_later(id, st == 'cancelled' and 'cancelled' or 'failed', nil, att)
+    wf_end_later(wfEnds, id, st == 'cancelled' and 'cancelled' or 'failed', nil, att)
   else
     local nrl, bfField, bfValue = release_buffered(jobKey, id, q, pri, st, rl, redis.call('HGET', jobKey, 'bf'))
     redis.call('HSET', jobKey, 'rl', nrl, 'bf', '', bfField, bfValue, 'h', h)
@@ -297,7 +298,7 @@ end
 local packedIds, packedRuns = {}, {}
 
 local function done()
-  wf_flush_ends(P, now, nowStr, keep, retention)
+  wf_flush_ends(wfEnds, P, now, nowStr, keep, retention)
   if #packedIds > 0 then
     packed_done(P, packedIds, packedRuns, doneSuffix, now + tonumber(retention), bucketMs)
   end
@@ -313,18 +314,24 @@ if mode == 'reap' then
   local reaped = 0
   local expired = redis.call('ZRANGEBYSCORE', inflightKey, '-inf', num(now), 'LIMIT', 0, n)
   local ids, runs = packed_runs(P, expired)
-  for k, member in ipairs(expired) do
-    if runs[k] then
-      packed_thaw(P, ids[k])
+  local ok, err = pcall(function()
+    for k, member in ipairs(expired) do
+      if runs[k] then
+        packed_thaw(P, ids[k])
+      end
+      if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
+        reaped = reaped + 1
+      else
+        -- In flight without a held run (its job is gone): nothing to recover; drop it.
+        table.insert(leaving, member)
+      end
     end
-    if finish(member, 'lost', nil, 'visibility timeout expired: worker lost or stalled without heartbeat', 0) == 1 then
-      reaped = reaped + 1
-    else
-      -- In flight without a held run (its job is gone): nothing to recover; drop it.
-      table.insert(leaving, member)
-    end
+  end)
+  local readied = done()
+  if not ok then
+    error(err, 0)
   end
-  return { reaped, done(), wake }
+  return { reaped, readied, wake }
 end
 
 -- The members, and where each entry's member is in ARGV: negative for a short entry.
@@ -349,43 +356,56 @@ local heldBy = {} -- token -> what the state of a run held with it starts with
 local lastQ, lastTail, inQ = 'default', '|default', 0
 local find = string.find
 local results = {}
-for k = 1, n do
-  local member, token, outcome = members[k], shortToken, 'ok'
-  local a = at[k]
-  if a > 0 then
-    token, outcome = ARGV[a + 1], ARGV[a + 2]
-  end
-  local id = ids[k]
-  local run = runs[k]
-  if run then
-    local held = heldBy[token]
-    if not held then
-      held = packed_held_prefix(token)
-      heldBy[token] = held
+-- The entries go as far as they can: an error in one (a bug) still moves the
+-- workflows of the entries before it and files what they changed (done), and then
+-- fails the call, as it would have before the node ends were collected.
+local ok, err = pcall(function()
+  for k = 1, n do
+    local member, token, outcome = members[k], shortToken, 'ok'
+    local a = at[k]
+    if a > 0 then
+      token, outcome = ARGV[a + 1], ARGV[a + 2]
     end
-    if find(run, held, 1, true) ~= 1 or finished[id] then
-      -- Not held with this token: finished already, or never claimed with it.
-      results[k] = -2
-    elseif outcome == 'ok' then
-      finished[id] = true
-      if not find(run, lastTail, -#lastTail, true) then
-        if inQ > 0 then
-          stat('f', lastQ, -inQ)
+    local id = ids[k]
+    local run = runs[k]
+    if run then
+      local held = heldBy[token]
+      if not held then
+        held = packed_held_prefix(token)
+        heldBy[token] = held
+      end
+      if find(run, held, 1, true) ~= 1 or finished[id] then
+        -- Not held with this token: finished already, or never claimed with it.
+        results[k] = -2
+      elseif outcome == 'ok' then
+        finished[id] = true
+        if not find(run, lastTail, -#lastTail, true) then
+          if inQ > 0 then
+            stat('f', lastQ, -inQ)
+          end
+          lastQ, inQ = packed_run_queue(run), 0
+          lastTail = '|' .. lastQ
         end
-        lastQ, inQ = packed_run_queue(run), 0
-        lastTail = '|' .. lastQ
+        inQ = inQ + 1
+        local d = #packedIds + 1
+        packedIds[d], packedRuns[d] = id, run
+        leaving[#leaving + 1] = member
+        results[k] = 1
+        if find(id, '@', 1, true) then
+          -- A workflow's root (create_workflow packs them): its first attempt succeeded.
+          wf_end_later(wfEnds, id, 'succeeded', nil, 1)
+        end
+      else
+        packed_thaw(P, id)
+        if outcome == 'result' then
+          result = ARGV[a + 3]
+          results[k] = finish(member, 'ok', token, '', '0')
+          result = nil
+        else
+          results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+        end
       end
-      inQ = inQ + 1
-      local d = #packedIds + 1
-      packedIds[d], packedRuns[d] = id, run
-      leaving[#leaving + 1] = member
-      results[k] = 1
-      if find(id, '@', 1, true) then
-        -- A workflow's root (create_workflow packs them): its first attempt succeeded.
-        wf_end_later(id, 'succeeded', nil, 1)
-      end
-    else
-      packed_thaw(P, id)
+    elseif a > 0 then
       if outcome == 'result' then
         result = ARGV[a + 3]
         results[k] = finish(member, 'ok', token, '', '0')
@@ -393,20 +413,16 @@ for k = 1, n do
       else
         results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
       end
-    end
-  elseif a > 0 then
-    if outcome == 'result' then
-      result = ARGV[a + 3]
-      results[k] = finish(member, 'ok', token, '', '0')
-      result = nil
     else
-      results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+      results[k] = finish(member, 'ok', token, '', '0')
     end
-  else
-    results[k] = finish(member, 'ok', token, '', '0')
   end
-end
+end)
 if inQ > 0 then
   stat('f', lastQ, -inQ)
 end
-return { results, done(), wake }
+local readied = done()
+if not ok then
+  error(err, 0)
+end
+return { results, readied, wake }

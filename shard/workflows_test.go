@@ -1269,3 +1269,93 @@ func TestWorkflow_OneIDOneKind(t *testing.T) {
 		require.True(t, r.Created)
 	})
 }
+
+// Many nodes of one workflow end in one call (a fan-in of 1,200 parents, some failed, some
+// succeeded, acked together: more than one read's worth of fields): each join decides as
+// it would have parent by parent, and the counts come out right.
+func TestWorkflow_ManyNodesEndInOneCall(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{})
+		const n = 1200
+		var nodes []job.Node
+		var parents []string
+		for i := range n {
+			p := "p" + strconv.Itoa(i)
+			parents = append(parents, p)
+			nodes = append(nodes, node(p))
+		}
+		nodes = append(nodes,
+			ruled(node("done", parents...), job.RuleAllDone),
+			ruled(node("strict", parents...), job.RuleAllSuccess),
+			ruled(node("any", parents...), job.RuleOneSuccess),
+			ruled(node("alarm", parents...), job.RuleOneFailed),
+			node("after", "strict"))
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "fanin", Jobs: nodes})
+		require.NoError(t, err)
+		id := s.ShardOf("fanin")
+		var fs []shard.Finish
+		for len(fs) < n {
+			c, err := s.Claim(ctx, id, "default", 1000, "w", "n")
+			require.NoError(t, err)
+			require.NotEmpty(t, c)
+			for _, r := range c {
+				f := shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded}
+				if len(fs)%7 == 3 {
+					f.Outcome, f.Error = shard.Failed, "no"
+				}
+				fs = append(fs, f)
+			}
+		}
+		errs, err := s.FinishRuns(ctx, id, fs)
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		w, err := s.Workflow(ctx, "fanin")
+		require.NoError(t, err)
+		st := nodeStates(w)
+		require.Equal(t, job.NodeReady, st["done"])
+		require.Equal(t, job.NodeUpstreamFailed, st["strict"])
+		require.Equal(t, job.NodeUpstreamFailed, st["after"], "down the graph in the same call")
+		require.Equal(t, job.NodeReady, st["any"])
+		require.Equal(t, job.NodeReady, st["alarm"])
+		failed := 0
+		for i := range n {
+			if st["p"+strconv.Itoa(i)] == job.NodeFailed {
+				failed++
+			}
+		}
+		require.Equal(t, (n+3)/7, failed)
+
+		r := &wfRunner{t: t, s: s, wf: "fanin"}
+		w = r.run(ctx)
+		require.Equal(t, job.WorkflowFailed, w.State)
+		require.ElementsMatch(t, []string{"done", "any", "alarm"}, r.ran)
+	})
+}
+
+// An entry that fails a finish_runs call (here a job key of the wrong type) still leaves
+// the entries before it whole: their workflows moved (the child of an acked root is
+// released), as when each entry moved its workflow at once; then the call fails.
+func TestWorkflow_FailedCallStillMovesTheEntriesBefore(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		c := b.Client(t)
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{node("a"), node("b", "a")}})
+		require.NoError(t, err)
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(s.Keys().Job(0, "bogus")).Value("x").Build()).Error())
+		cl, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, cl, 1)
+		_, err = s.FinishRuns(ctx, 0, []shard.Finish{
+			{Member: cl[0].Member, Token: cl[0].Token, Outcome: shard.Succeeded},
+			{Member: shard.RunMember("bogus", 1), Token: "t", Outcome: shard.Failed, Error: "no"},
+		})
+		require.Error(t, err)
+		w, err := s.Workflow(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w))
+	})
+}

@@ -21,7 +21,9 @@
 --                      cancelled, upstream_failed, skipped
 --              rule    all_success | all_done | one_success | one_failed | none_failed
 --              np      parents; ok, bad, skip: parents that ended succeeded, not
---                      succeeded (failed, cancelled, upstream_failed), skipped
+--                      succeeded (failed, cancelled, upstream_failed), skipped, counted
+--                      while the node waits (once it is decided they may also count
+--                      the other parents that ended in the call: wf_mark_many)
 --              rel     when it was released (ms), end when it ended, att its attempts
 --     'p:'..n  its parents, comma separated ('' for a root)
 --     'c:'..n  its children, comma separated
@@ -426,46 +428,36 @@ local function wf_node_end(P, id, st, result, att, now, nowStr, keep, retention)
   wf_mark(P, P .. 'wf:' .. wf, wf, node, st, now, nowStr, keep, retention, att, result)
 end
 
--- Node ends that finish_runs collects (wf_end_later) and moves at once per workflow
--- (wf_flush_ends): the ends of one call that belong to one workflow take one
--- wf_mark_many.
-local wfEnds, wfOrder
-
--- wf_reset_ends empties wf_end_later's collection (finish_runs calls it first: a function
--- library's helpers outlive a call, and a call that failed may have left some).
-local function wf_reset_ends()
-  wfEnds, wfOrder = nil, nil
+-- wf_ends returns an empty collection of node ends for wf_end_later (finish_runs keeps
+-- one a call): the workflows in the order they first ended, and per workflow its ends.
+local function wf_ends()
+  return { order = {}, by = {} }
 end
 
--- wf_end_later records, as wf_node_end does, that node job id's run ended, for
--- wf_flush_ends. A job that is no node is left out.
-local function wf_end_later(id, st, result, att)
+-- wf_end_later records in ends, as wf_node_end does at once, that node job id's run
+-- ended, for wf_flush_ends: the ends of one call that belong to one workflow then take
+-- one wf_mark_many. A job that is no node is left out.
+local function wf_end_later(ends, id, st, result, att)
   local wf, node = wf_split(id)
   if not wf then
     return
   end
-  if not wfEnds then
-    wfEnds, wfOrder = {}, {}
-  end
-  local list = wfEnds[wf]
+  local list = ends.by[wf]
   if not list then
     list = {}
-    wfEnds[wf] = list
-    wfOrder[#wfOrder + 1] = wf
+    ends.by[wf] = list
+    ends.order[#ends.order + 1] = wf
   end
   local k = #list
   list[k + 1], list[k + 2], list[k + 3], list[k + 4] = node, st, result or false, att or false
 end
 
--- wf_flush_ends moves the workflows of the node ends wf_end_later collected, one
--- wf_mark_many each, in the order they first ended.
-local function wf_flush_ends(P, now, nowStr, keep, retention)
-  if not wfOrder then
-    return
-  end
-  local order, ends = wfOrder, wfEnds
-  wfEnds, wfOrder = nil, nil
+-- wf_flush_ends moves the workflows of the node ends collected in ends, one wf_mark_many
+-- each, in the order they first ended, and empties it.
+local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
+  local order, by = ends.order, ends.by
+  ends.order, ends.by = {}, {}
   for _, wf in ipairs(order) do
-    wf_mark_many(P, P .. 'wf:' .. wf, wf, ends[wf], now, nowStr, keep, retention)
+    wf_mark_many(P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention)
   end
 end
