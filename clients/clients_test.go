@@ -129,8 +129,27 @@ func (p *proc) stop(t *testing.T, within time.Duration) {
 	case <-p.done:
 		require.NoError(t, p.exitErr, "%s exit after SIGTERM", p.name)
 	case <-time.After(within):
-		t.Fatalf("%s did not stop within %s of SIGTERM", p.name, within)
+		// What it waits for: SIGQUIT makes a Go program print every goroutine's stack and
+		// exit; the ones in tock's own code are shown.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%s did not stop within %s of SIGTERM; its goroutines in tock's code:\n%s", p.name, within, tockGoroutines(p.err.String()))
 	}
+}
+
+// tockGoroutines returns the goroutine stacks of a Go program's SIGQUIT dump that pass
+// through tock's own packages.
+func tockGoroutines(dump string) string {
+	var out []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && strings.Contains(g, "github.com/tockhq/tock/") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 func (e *env) pythonCmd(token string, args ...string) *exec.Cmd {

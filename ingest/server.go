@@ -228,6 +228,10 @@ type Server struct {
 	shutdownRan bool
 	quit        chan struct{} // closed by the first Stop
 	wg          sync.WaitGroup
+
+	connMu sync.Mutex
+	conns  map[net.Conn]time.Time // open connections; during shutdown, when its reads end
+
 }
 
 type tokenSum struct {
@@ -275,6 +279,7 @@ func New(cfg Config) (*Server, error) {
 		WriteTimeout:                 cfg.WriteTimeout,
 		IdleTimeout:                  2 * time.Minute,
 		CloseOnShutdown:              true,
+		ConnState:                    s.trackConn,
 		NoDefaultServerHeader:        true,
 		// fasthttp's errors quote the request, headers included: they are logged as a
 		// kind only (logging.go), and this keeps them shorter anyway.
@@ -388,6 +393,54 @@ func (s *Server) Stop(ctx context.Context) error {
 	return nil
 }
 
+// shutdownReadGrace is how long a connection may still take to send its request once
+// shutdown began (cutReads).
+const shutdownReadGrace = time.Second
+
+// trackConn is fasthttp's ConnState hook: it keeps the open connections for cutReads.
+func (s *Server) trackConn(c net.Conn, st fasthttp.ConnState) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	switch st {
+	case fasthttp.StateNew:
+		if s.conns == nil {
+			s.conns = map[net.Conn]time.Time{}
+		}
+		s.conns[c] = time.Time{}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(s.conns, c)
+	}
+}
+
+// cutReads bounds, until cut is closed, the reads of every open connection to
+// shutdownReadGrace from when shutdown began (or from when it was accepted, if later).
+// fasthttp's shutdown closes only the connections it counts as idle; one accepted whose
+// client has sent nothing yet counts as active, and kept shutdown waiting until its
+// ReadTimeout (a minute), though no request of it was under way. A request whose bytes
+// are still arriving when the grace ends fails as one whose client stopped sending; a
+// handler's response is written as before. The deadline is set again at each tick (the
+// same instant): fasthttp sets its own before it reads a connection's first request.
+func (s *Server) cutReads(cut <-chan struct{}) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.connMu.Lock()
+		for c, end := range s.conns {
+			if end.IsZero() {
+				end = time.Now().Add(shutdownReadGrace)
+				s.conns[c] = end
+			}
+			_ = c.SetReadDeadline(end)
+		}
+		s.connMu.Unlock()
+		select {
+		case <-cut:
+			return
+		case <-t.C:
+		}
+	}
+}
+
 func (s *Server) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closing {
@@ -401,7 +454,11 @@ func (s *Server) shutdown(ctx context.Context) error {
 
 	if first {
 		// Closes the listeners, closes idle connections, and waits for the others.
-		if err := s.srv.ShutdownWithContext(ctx); err != nil {
+		cut := make(chan struct{})
+		go s.cutReads(cut)
+		err := s.srv.ShutdownWithContext(ctx)
+		close(cut)
+		if err != nil {
 			return fmt.Errorf("ingest: shutdown: %w", err)
 		}
 	}

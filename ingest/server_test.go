@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -53,6 +54,43 @@ func TestServer_StartStop(t *testing.T) {
 	require.ErrorIs(t, srv.Start(t.Context()), ingest.ErrServerClosed)
 	_, err = net.DialTimeout("tcp", addr, time.Second)
 	require.Error(t, err)
+}
+
+// A connection whose client has sent nothing yet (a pool's spare one, or one that was
+// accepted as shutdown began) does not hold shutdown up until fasthttp's ReadTimeout (a
+// minute): Stop returns within its 15 s, and the connection is closed. A request that
+// arrives within the grace is still served.
+func TestServer_StopWithSilentConnection(t *testing.T) {
+	t.Parallel()
+	_, rc := redistest.Mini(t)
+	st, err := shard.Open(t.Context(), rc, shard.Config{Shards: 4})
+	require.NoError(t, err)
+	srv, err := ingest.New(ingest.Config{Store: st, Addr: "127.0.0.1:0", Logger: testLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	silent, err := net.DialTimeout("tcp", srv.Addr(), 5*time.Second)
+	require.NoError(t, err)
+	defer silent.Close()
+	late, err := net.DialTimeout("tcp", srv.Addr(), 5*time.Second)
+	require.NoError(t, err)
+	defer late.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Stop(ctx) }()
+	time.Sleep(100 * time.Millisecond) // shutdown has begun
+	_, err = late.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	resp := make([]byte, 12)
+	_, err = io.ReadFull(late, resp)
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 200", string(resp))
+
+	require.NoError(t, <-stopped)
+	require.NoError(t, silent.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.ReadAll(silent) // at most fasthttp's answer to a read timeout, then EOF
+	require.NoError(t, err, "closed by the server")
 }
 
 func TestServer_StopWithoutStart(t *testing.T) {
