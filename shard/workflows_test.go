@@ -1072,11 +1072,12 @@ func TestWorkflow_ListByPrefix(t *testing.T) {
 				require.Equal(t, nodes[0], n, "one primary, the shard's")
 			}
 		}
-		// A small limit: more pages, the same workflows.
+		// A small limit: more pages, the same workflows. (Not one page per workflow: a
+		// SCAN batch is never split, and one may hold two of them.)
 		ids, pages, _, _ := listAll(t, s, shard.WorkflowFilter{Prefix: "nightly@", Limit: 1})
 		require.ElementsMatch(t, want["nightly@"], ids)
 		if real {
-			require.Greater(t, pages, 2)
+			require.Greater(t, pages, 1)
 		}
 		// A prefix nothing matches, on a shard of 20,000 keys: empty pages, each with a
 		// cursor, until the listing ends; every cursor names the primary of the shard.
