@@ -173,22 +173,39 @@ func (e *env) close(ctx context.Context) {
 
 // deleteNamespace unlinks every key of ns on every master, in batches.
 func deleteNamespace(ctx context.Context, rc rueidis.Client, ns string) error {
-	for _, node := range rc.Nodes() {
-		cursor := uint64(0)
+	return eachNamespaceKeys(ctx, rc, ns, 10000, func(_ string, _ rueidis.Client, keys []string) error {
+		cmds := make(rueidis.Commands, 0, len(keys))
+		for _, k := range keys {
+			cmds = append(cmds, rc.B().Unlink().Key(k).Build())
+		}
+		rc.DoMulti(ctx, cmds...)
+		return nil
+	})
+}
+
+// eachNamespaceKeys SCANs every master for the keys of namespace ns (count a call) and
+// hands each non-empty batch to fn with the master's address and client; it stops at the
+// first error.
+func eachNamespaceKeys(ctx context.Context, rc rueidis.Client, ns string, count int64,
+	fn func(addr string, node rueidis.Client, keys []string) error) error {
+	addrs, nodes, err := shard.Primaries(ctx, rc)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	for _, addr := range addrs {
+		node := nodes[addr]
+		var cursor uint64
 		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(ns+":*").Count(10000).Build()).AsScanEntry()
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(ns+":*").Count(count).Build()).AsScanEntry()
 			if err != nil {
-				break // a replica or an unreachable node: skip
+				return fmt.Errorf("bench: SCAN on %s: %w", addr, err)
 			}
-			cmds := make(rueidis.Commands, 0, len(e.Elements))
-			for _, k := range e.Elements {
-				cmds = append(cmds, rc.B().Unlink().Key(k).Build())
+			if len(e.Elements) > 0 {
+				if err := fn(addr, node, e.Elements); err != nil {
+					return err
+				}
 			}
-			if len(cmds) > 0 {
-				rc.DoMulti(ctx, cmds...)
-			}
-			cursor = e.Cursor
-			if cursor == 0 {
+			if cursor = e.Cursor; cursor == 0 {
 				break
 			}
 		}
@@ -356,36 +373,22 @@ func newProgress(w io.Writer, label string, total int) *progressLine {
 // namespace ns on every master: what the namespace's data takes, whatever else the server
 // holds or frees meanwhile.
 func keysMemory(ctx context.Context, rc rueidis.Client, ns string) (int64, error) {
-	addrs, nodes, err := shard.Primaries(ctx, rc)
-	if err != nil {
-		return 0, fmt.Errorf("bench: %w", err)
-	}
 	var total int64
-	for _, addr := range addrs {
-		node := nodes[addr]
-		var cursor uint64
-		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(ns+":*").Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return 0, fmt.Errorf("bench: SCAN on %s: %w", addr, err)
-			}
-			cmds := make(rueidis.Commands, 0, len(e.Elements))
-			for _, k := range e.Elements {
-				cmds = append(cmds, node.B().MemoryUsage().Key(k).Samples(0).Build())
-			}
-			for i, r := range node.DoMulti(ctx, cmds...) {
-				n, err := r.AsInt64()
-				if err != nil && !rueidis.IsRedisNil(err) { // nil: deleted since the SCAN
-					return 0, fmt.Errorf("bench: MEMORY USAGE %s on %s: %w", e.Elements[i], addr, err)
-				}
-				total += n
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
+	err := eachNamespaceKeys(ctx, rc, ns, 1000, func(addr string, node rueidis.Client, keys []string) error {
+		cmds := make(rueidis.Commands, 0, len(keys))
+		for _, k := range keys {
+			cmds = append(cmds, node.B().MemoryUsage().Key(k).Samples(0).Build())
 		}
-	}
-	return total, nil
+		for i, r := range node.DoMulti(ctx, cmds...) {
+			n, err := r.AsInt64()
+			if err != nil && !rueidis.IsRedisNil(err) { // nil: deleted since the SCAN
+				return fmt.Errorf("bench: MEMORY USAGE %s on %s: %w", keys[i], addr, err)
+			}
+			total += n
+		}
+		return nil
+	})
+	return total, err
 }
 
 // usedMemory sums INFO memory used_memory over the masters.

@@ -18,13 +18,21 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-func TestServer_StartStop(t *testing.T) {
-	t.Parallel()
+// newListening returns a server on a store of miniredis, to listen on a free loopback
+// port once started.
+func newListening(t *testing.T) *ingest.Server {
+	t.Helper()
 	_, rc := redistest.Mini(t)
 	st, err := shard.Open(t.Context(), rc, shard.Config{Shards: 4})
 	require.NoError(t, err)
 	srv, err := ingest.New(ingest.Config{Store: st, Addr: "127.0.0.1:0", Logger: testLogger(t)})
 	require.NoError(t, err)
+	return srv
+}
+
+func TestServer_StartStop(t *testing.T) {
+	t.Parallel()
+	srv := newListening(t)
 	require.Empty(t, srv.Addr())
 
 	require.NoError(t, srv.Start(t.Context()))
@@ -62,11 +70,7 @@ func TestServer_StartStop(t *testing.T) {
 // arrives within the grace is still served.
 func TestServer_StopWithSilentConnection(t *testing.T) {
 	t.Parallel()
-	_, rc := redistest.Mini(t)
-	st, err := shard.Open(t.Context(), rc, shard.Config{Shards: 4})
-	require.NoError(t, err)
-	srv, err := ingest.New(ingest.Config{Store: st, Addr: "127.0.0.1:0", Logger: testLogger(t)})
-	require.NoError(t, err)
+	srv := newListening(t)
 	require.NoError(t, srv.Start(t.Context()))
 	silent, err := net.DialTimeout("tcp", srv.Addr(), 5*time.Second)
 	require.NoError(t, err)

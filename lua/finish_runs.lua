@@ -347,6 +347,18 @@ for k = 1, n do
   end
 end
 local shortToken = ARGV[9]
+
+-- finish_long ends the run of a long entry, whose member is ARGV[a]: a 'result' entry's
+-- value (ARGV[a + 3]) is the result of a success, any other's the error and the delay.
+local function finish_long(member, token, outcome, a)
+  if outcome ~= 'result' then
+    return finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
+  end
+  result = ARGV[a + 3]
+  local r = finish(member, 'ok', token, '', '0')
+  result = nil
+  return r
+end
 local ids, runs = packed_runs(P, members)
 local finished = {}
 -- A succeeded packed run's token is checked by a plain search (packed_held_prefix).
@@ -397,22 +409,10 @@ local ok, err = pcall(function()
         end
       else
         packed_thaw(P, id)
-        if outcome == 'result' then
-          result = ARGV[a + 3]
-          results[k] = finish(member, 'ok', token, '', '0')
-          result = nil
-        else
-          results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
-        end
+        results[k] = finish_long(member, token, outcome, a)
       end
     elseif a > 0 then
-      if outcome == 'result' then
-        result = ARGV[a + 3]
-        results[k] = finish(member, 'ok', token, '', '0')
-        result = nil
-      else
-        results[k] = finish(member, outcome, token, ARGV[a + 3], ARGV[a + 4])
-      end
+      results[k] = finish_long(member, token, outcome, a)
     else
       results[k] = finish(member, 'ok', token, '', '0')
     end
