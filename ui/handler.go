@@ -2,6 +2,7 @@ package ui
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"mime"
 	"net/url"
@@ -22,6 +23,22 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 // maxForm bounds the body of a dashboard request (forms and bulk actions).
 const maxForm = 256 << 10
 
+// maxDrain bounds the body of a refused request that is read and dropped before its
+// connection closes.
+const maxDrain = 1 << 20
+
+// drainBody reads and drops a refused request's body of n bytes, up to maxDrain: a
+// connection closed with a body still unread is reset, and a client still sending it
+// then gets the reset instead of the answer (net/http's lingering close does the same).
+func drainBody(ctx *fasthttp.RequestCtx, n int) {
+	if n > maxDrain {
+		return
+	}
+	if r := ctx.RequestBodyStream(); r != nil {
+		_, _ = io.CopyN(io.Discard, r, int64(n))
+	}
+}
+
 // Handler serves the paths under /ui.
 func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
@@ -33,6 +50,7 @@ func (u *UI) Handler(ctx *fasthttp.RequestCtx) {
 	// body of unknown length (chunked) is refused (browsers send the length of forms).
 	switch cl := ctx.Request.Header.ContentLength(); {
 	case cl > maxForm:
+		drainBody(ctx, cl)
 		u.fail(ctx, fasthttp.StatusRequestEntityTooLarge, "request too large")
 		ctx.SetConnectionClose()
 		return
