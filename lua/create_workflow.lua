@@ -8,8 +8,8 @@
 --                           created on its own
 -- ARGV[5] overlap   'allow' | 'skip' | 'buffer_one'  a scheduled instance's overlap
 --                           policy against its definition's running instances
--- ARGV[6] pack      '1' | '0'  whether a root's job is stored packed (include packed), as
---                           create_jobs stores a one-time job due now
+-- ARGV[6] pack      '1' | '0'  whether the nodes' jobs are stored packed (include packed),
+--                           as create_jobs stores a one-time job
 -- ARGV[7] n         count   nodes that follow, parents before children
 -- then per node:
 --   node      string  node id
@@ -23,13 +23,13 @@
 -- Derived keys: P..'job:'..wf..'@'..node, P..'ready:'..queue, P..'stats', P..'wfd:'..def,
 --               the packed form's keys (include packed)
 --
--- A node's job hash is made 'waiting'; a root gets its run at once (ready), unless the
--- instance is held (overlap buffer_one behind a running instance). A released node's
--- job is packed (unless pack is '0', or its priority is no digit, as in create_jobs; a
--- root here, any other when released: include workflow's wf_release): its claim and its
--- ack are then those of a packed job, and the end of its run moves the workflow as a
--- job hash's does (finish_runs). Any other change thaws it (include packed); a node that
--- waits is a job hash.
+-- A node's job is made 'waiting'; a root gets its run at once (ready), unless the
+-- instance is held (overlap buffer_one behind a running instance). A node's job is
+-- packed (unless pack is '0', or its priority is no digit, as in create_jobs): a root
+-- with its run, any other waiting, without a due time, until it is released (include
+-- workflow's wf_release). Its claim and its ack are then those of a packed job, and the
+-- end of its run moves the workflow as a job hash's does (finish_runs). Any other change
+-- thaws it (include packed).
 --
 -- Returns: { status, state, dh, queues }
 --   status 1 created, 0 the id existed (state and dh are the existing workflow's),
@@ -95,19 +95,20 @@ for c = 1, n do
   -- A job left from an earlier workflow of this id, which expired before its nodes
   -- could not be (see include workflow): replaced.
   redis.call('DEL', jobKey)
+  local q, pri = '', ''
+  for k = defStart, defEnd, 2 do
+    local f = ARGV[k]
+    if f == 'q' then
+      q = ARGV[k + 1]
+    elseif f == 'pr' then
+      pri = ARGV[k + 1]
+    end
+  end
+  local packs = pack and (pri == '' or PRI_DIGIT[pri])
   if np == 0 and not hold then
     -- A root: released at once, its job written ready with its run (wf_release's
     -- outcome, without reading back what was just written).
-    local q, pri = '', ''
-    for k = defStart, defEnd, 2 do
-      local f = ARGV[k]
-      if f == 'q' then
-        q = ARGV[k + 1]
-      elseif f == 'pr' then
-        pri = ARGV[k + 1]
-      end
-    end
-    if pack and (pri == '' or PRI_DIGIT[pri]) then
+    if packs then
       packed_add(id, nowStr, q, pri, now, nowStr, ndh, ARGV, defStart, defEnd)
     else
       redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',' .. nowStr .. ',',
@@ -117,8 +118,13 @@ for c = 1, n do
     writes[#writes + 1] = 's:' .. node
     writes[#writes + 1] = 'released|' .. rule .. '|0|0|0|0|' .. nowStr .. '||'
   else
-    redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',',
-      unpack(ARGV, defStart, defEnd))
+    if packs then
+      -- Waiting, packed without a due time (include packed's packed_release gives it one).
+      packed_add(id, nowStr, q, pri, now, 'W', ndh, ARGV, defStart, defEnd)
+    else
+      redis.call('HSET', jobKey, 'st', 'waiting', 'nx', '0', 'cr', nowStr, 'dh', ndh, 'rl', ',',
+        unpack(ARGV, defStart, defEnd))
+    end
     writes[#writes + 1] = 's:' .. node
     writes[#writes + 1] = 'waiting|' .. rule .. '|' .. np .. '|0|0|0|||'
   end

@@ -297,8 +297,11 @@ end
 -- Packed runs that succeeded in this call: their ids and running states (packed_done).
 local packedIds, packedRuns = {}, {}
 
+-- done files what the call changed: the workflows moved, the succeeded packed runs, the
+-- runs that left the inflight set, ready runs and counts. A workflow whose move fails (a
+-- bug) fails the call, after the rest is filed (include workflow's wf_flush_ends).
 local function done()
-  wf_flush_ends(wfEnds, P, now, nowStr, keep, retention)
+  local ok, err = pcall(wf_flush_ends, wfEnds, P, now, nowStr, keep, retention)
   if #packedIds > 0 then
     packed_done(P, packedIds, packedRuns, doneSuffix, now + tonumber(retention), bucketMs)
   end
@@ -307,6 +310,9 @@ local function done()
   end
   local readied = flush_ready(P)
   flush_stats(P)
+  if not ok then
+    error(err, 0)
+  end
   return readied
 end
 

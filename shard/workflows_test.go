@@ -1156,7 +1156,7 @@ func TestWorkflow_ReleasedNodesArePacked(t *testing.T) {
 			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "chain", Jobs: []job.Node{node("a"), node("b", "a")}})
 			require.NoError(t, err)
 			require.Equal(t, !noPack, packed("a"), "NoPack %v", noPack)
-			require.False(t, packed("b"), "a waiting node is a job hash")
+			require.Equal(t, !noPack, packed("b"), "a waiting node is packed unless NoPack")
 			require.Equal(t, job.StateReady, state("a"))
 			require.Equal(t, job.StateWaiting, state("b"))
 
@@ -1354,5 +1354,94 @@ func TestWorkflow_FailedCallStillMovesTheEntriesBefore(t *testing.T) {
 		w, err := s.Workflow(ctx, "w")
 		require.NoError(t, err)
 		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w))
+		next, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, next, 1, "b's run is ready")
+		require.True(t, strings.HasPrefix(next[0].Member, job.NodeJobID("w", "b")+":"), next[0].Member)
+	})
+}
+
+// A node that waits is packed without a due time: it reads and lists as a waiting job,
+// and a change to it (a cancel of its job) or its end without a run (upstream_failed)
+// makes it the job hash it stands for first.
+func TestWorkflow_WaitingPackedNode(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{node("a"), node("b", "a"), node("c", "b")}})
+		require.NoError(t, err)
+		packed := func(node string) bool {
+			t.Helper()
+			n, err := c.Do(ctx, c.B().Hexists().Key(s.Keys().PackedJobs(0)).Field(job.NodeJobID("w", node)).Build()).AsBool()
+			require.NoError(t, err)
+			return n
+		}
+		require.True(t, packed("b"))
+		require.True(t, packed("c"))
+		info, err := s.Get(ctx, job.NodeJobID("w", "b"))
+		require.NoError(t, err)
+		require.Equal(t, job.StateWaiting, info.State)
+		require.Equal(t, "t", info.Job.Type)
+		page, err := s.List(ctx, shard.ListFilter{State: job.StateWaiting})
+		require.NoError(t, err)
+		var listed []string
+		for _, j := range page.Jobs {
+			listed = append(listed, j.Job.ID)
+		}
+		require.ElementsMatch(t, []string{job.NodeJobID("w", "b"), job.NodeJobID("w", "c")}, listed)
+
+		st, changed, err := s.Cancel(ctx, job.NodeJobID("w", "b"))
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.Equal(t, job.StateCancelled, st)
+		require.False(t, packed("b"), "cancelled: a job hash")
+		require.False(t, packed("c"), "upstream_failed: a job hash")
+		runs, err := s.Runs(ctx, job.NodeJobID("w", "c"))
+		require.NoError(t, err)
+		require.Len(t, runs, 1)
+		require.Contains(t, runs[0].Error, "upstream failed")
+		info, err = s.Get(ctx, job.NodeJobID("w", "c"))
+		require.NoError(t, err)
+		require.Equal(t, job.StateCancelled, info.State)
+
+		r := &wfRunner{t: t, s: s, wf: "w"}
+		w := r.run(ctx)
+		require.Equal(t, []string{"a"}, r.ran)
+		require.Equal(t, job.WorkflowFailed, w.State)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeCancelled, "c": job.NodeUpstreamFailed}, nodeStates(w))
+	})
+}
+
+// One workflow whose move fails (a bug: here its hash is no hash) fails the call; the
+// children that the workflows moved before it in the call released are still ready.
+func TestWorkflow_FailedWorkflowStillReleasesTheOthersChildren(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		c := b.Client(t)
+		for _, wf := range []string{"w1", "w2"} {
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
+			require.NoError(t, err)
+		}
+		cl, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, cl, 2)
+		slices.SortFunc(cl, func(x, y shard.Claimed) int { return strings.Compare(x.Member, y.Member) })
+		key := s.Keys().Prefix(0) + "wf:w2"
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(key).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("x").Build()).Error())
+		_, err = s.FinishRuns(ctx, 0, []shard.Finish{
+			{Member: cl[0].Member, Token: cl[0].Token, Outcome: shard.Succeeded},
+			{Member: cl[1].Member, Token: cl[1].Token, Outcome: shard.Succeeded},
+		})
+		require.Error(t, err)
+		w, err := s.Workflow(ctx, "w1")
+		require.NoError(t, err)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w))
+		next, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, next, 1)
+		require.True(t, strings.HasPrefix(next[0].Member, job.NodeJobID("w1", "b")+":"), next[0].Member)
 	})
 }

@@ -10,7 +10,10 @@
 --   P..'packed:jobs'      HASH  id -> "cr|vt|q|pr|"..record (include record; bucket
 --                               start 0, age 0): the time it was created, its
 --                               visibility timeout ('' default), queue and priority
---                               (read without walking the record), and its definition
+--                               (read without walking the record), and its definition.
+--                               A workflow's node that waits for its parents has no run
+--                               and no due time yet: its record's offset is 'W'
+--                               (packed_release gives it its due time)
 --   P..'packed:runs'      HASH  id -> its run's state: none while it is scheduled or
 --                               ready (its member is in a plain set or in its queue's
 --                               ready set: packed_fields tells which),
@@ -76,10 +79,17 @@ end
 
 -- packed_state returns the fields (HGETALL's form) of the job hash that packed job id of
 -- value v, with run state run (nil or false while scheduled or ready), stands for, its
--- expiry time (ms, -1 none) and its run's due time (the string of its member); nil when
--- it has expired.
+-- expiry time (ms, -1 none) and its run's due time (the string of its member; nil for a
+-- waiting node, which has no run); nil when it has expired.
 local function packed_state(P, id, v, run, now)
   local cr, q, rec = string.match(v, '^(%d+)|%d*|([^|]*)|%d*|(.*)$')
+  local id_, rest = string.match(rec, '^([^|]*)|W(|.*)$')
+  if id_ then
+    -- A waiting workflow node: no run, no due time (its record read as due when created).
+    local _, _, f = record_decode(id_ .. '|' .. cr .. rest, 0, 1)
+    f[2], f[4], f[6] = 'waiting', '0', cr
+    return f, -1, nil
+  end
   -- Packed with bucket start 0: the offset is the due time. Scheduled as read.
   local _, dueStr, f = record_decode(rec, 0, 1)
   f[6] = cr
@@ -151,7 +161,7 @@ local function packed_thaw(P, id, bucketsKey, bucketMs)
     redis.call('PEXPIREAT', jobKey, num(exp))
   end
   -- A scheduled run (no run state) may be a plain one: filed as a job hash's is.
-  if bucketMs and not run then
+  if bucketMs and not run and dueStr then
     plain_thaw(P, bucketsKey, bucketMs, packed_run_key(P, v), id .. ':' .. dueStr, dueStr)
   end
   return true
@@ -185,6 +195,53 @@ end
 local function packed_put(P, id, crStr, q, pri, due, dueStr, dh, def)
   local t, v = as_table()
   redis.call('HSET', P .. PACKED, t, v, id, packed_value(id, crStr, q, pri, due, dueStr, dh, def, 1, #def))
+end
+
+-- packed_release gives packed workflow node id, waiting (packed_add with due 'W'), its
+-- run's due time dueStr, and returns its queue and priority (as stored); nil when it is
+-- not a packed waiting node (then it is unchanged). Costs one HGET and one HSET: the
+-- release of a node is on the path of every workflow's progress.
+local function packed_release(P, id, dueStr)
+  local v = redis.call('HGET', P .. PACKED, id)
+  if not v then
+    return nil
+  end
+  local head, rest = string.match(v, '^(%d+|%d*|[^|]*|%d*|[^|]*|)W(|.*)$')
+  if not head then
+    return nil
+  end
+  redis.call('HSET', P .. PACKED, id, head .. dueStr .. rest)
+  return packed_head(v)
+end
+
+-- packed_release_many is packed_release for nodes ids, all given due time dueStr, in one
+-- HMGET and one HSET (a call that ends many workflows' nodes releases their children
+-- together). Returns per id its queue (as stored), or false when it is not a packed
+-- waiting node (then it is unchanged), and per id its priority.
+local function packed_release_many(P, ids, dueStr)
+  local qs, prs, sets = {}, {}, {}
+  local match = string.match
+  for k = 1, #ids, 1000 do
+    local last = math.min(k + 999, #ids)
+    local vs = redis.call('HMGET', P .. PACKED, unpack(ids, k, last))
+    for g = 1, #vs do
+      local v, i = vs[g], k + g - 1
+      local head, rest
+      if v then
+        head, rest = match(v, '^(%d+|%d*|[^|]*|%d*|[^|]*|)W(|.*)$')
+      end
+      if head then
+        qs[i], prs[i] = packed_head(v)
+        sets[#sets + 1], sets[#sets + 2] = ids[i], head .. dueStr .. rest
+      else
+        qs[i], prs[i] = false, false
+      end
+    end
+  end
+  for k = 1, #sets, 2000 do
+    redis.call('HSET', P .. PACKED, unpack(sets, k, math.min(k + 1999, #sets)))
+  end
+  return qs, prs
 end
 
 -- packed_flush writes the jobs packed_add collected. Both hashes are hash tables from

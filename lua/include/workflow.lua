@@ -12,7 +12,7 @@
 --              upstream_failed
 --     'nodes'  the node ids in submission order, comma separated
 --     'ov'     a scheduled instance's overlap policy (retry_workflow checks it)
---     'pk'     '1' when its nodes' jobs are packed as they are released (wf_release)
+--     'pk'     '1' when its nodes' jobs are packed (create_workflow; wf_release)
 --     'hold'   '1' while a buffered instance waits for its definition's active one
 --              (overlap buffer_one): its roots are released when that one ends
 --     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
@@ -36,8 +36,8 @@
 --                        empty), so a deleted definition's goes when its last instance
 --                        ends; delete_job deletes an empty one a definition left
 --
--- A node's job hash is made 'waiting' (no run) and gets its one run when released
--- (wf_release). A node that will not run ends its job 'cancelled' with a history entry
+-- A node's job is made 'waiting' (no run: packed without a due time, or a job hash) and
+-- gets its one run when released (wf_release). A node that will not run ends its job 'cancelled' with a history entry
 -- saying why. A workflow hash expires `retention` after the workflow ends, never before
 -- its nodes' jobs (which expire `retention` after each ends).
 --- @include "common"
@@ -54,9 +54,23 @@ local function wf_get(v)
     skip = tonumber(skip) or 0, rel = rel, en = en, att = att }
 end
 
+-- wf_int formats a count (a node's parents, attempts): the small ones, which are most,
+-- from a cache (formatting a number costs more than the rest of a node's state).
+local wfInts = {}
+local function wf_int(n)
+  local s = wfInts[n]
+  if not s then
+    s = num(n)
+    if n >= 0 and n < 1024 then
+      wfInts[n] = s
+    end
+  end
+  return s
+end
+
 local function wf_pack(n)
-  return n.st .. '|' .. n.rule .. '|' .. num(n.np) .. '|' .. num(n.ok) .. '|' .. num(n.bad) .. '|' ..
-    num(n.skip) .. '|' .. n.rel .. '|' .. n.en .. '|' .. n.att
+  return n.st .. '|' .. n.rule .. '|' .. wf_int(n.np) .. '|' .. wf_int(n.ok) .. '|' .. wf_int(n.bad) .. '|' ..
+    wf_int(n.skip) .. '|' .. n.rel .. '|' .. n.en .. '|' .. n.att
 end
 
 -- wf_split returns the workflow id and the node id of a node's job id, nil for any other.
@@ -113,12 +127,20 @@ end
 local WF_RUN_FIELDS = { h = true, hs = true, xs = true, bf = true }
 
 -- wf_release gives node job id its one run, due now, unless the job is not waiting. With
--- pack (the workflow's 'pk': create_workflow's pack), a job that never ran is packed as
--- it goes (include packed, as create_jobs packs a one-time job due now): its claim and
--- ack are then those of a packed job. A retried one stays a job hash, with its history.
+-- pack (the workflow's 'pk': create_workflow's pack), a node's job waits packed, and is
+-- given its due time where it is (packed_release); a job hash that never ran (a packed
+-- one thawed while it waited) is packed as it goes (as create_jobs packs a one-time job
+-- due now): its claim and ack are then those of a packed job. A retried one stays a job
+-- hash, with its history.
 local function wf_release(P, id, nowStr, pack)
   local jobKey = P .. 'job:' .. id
-  if not pack then
+  if pack then
+    local q, pri = packed_release(P, id, nowStr)
+    if q then
+      new_run(id, nowStr, q, pri)
+      return
+    end
+  else
     local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
     if j[1] ~= 'waiting' then
       return
@@ -176,10 +198,28 @@ local function wf_release(P, id, nowStr, pack)
   end
 end
 
+-- wf_release_many is wf_release for the node jobs ids of packed workflows: the packed
+-- ones waiting are released together (packed_release_many), any other alone.
+local function wf_release_many(P, ids, nowStr)
+  if #ids == 0 then
+    return
+  end
+  local qs, prs = packed_release_many(P, ids, nowStr)
+  for k, id in ipairs(ids) do
+    if qs[k] then
+      new_run(id, nowStr, qs[k], prs[k])
+    else
+      wf_release(P, id, nowStr, true)
+    end
+  end
+end
+
 -- wf_end_job ends a node's job that will not run (still waiting, no run): cancelled,
 -- with a history entry that says why, expiring after retention.
 local function wf_end_job(P, id, why, now, keep, retention)
   local jobKey = P .. 'job:' .. id
+  -- A job that waits packed (create_workflow) becomes the job hash it stands for.
+  packed_thaw(P, id)
   if redis.call('HGET', jobKey, 'st') ~= 'waiting' then
     return
   end
@@ -224,18 +264,27 @@ local function wf_definition_set(dk, act, bf)
   end
 end
 
--- wf_finished ends workflow wf, every node of which has ended: cancelled when it was
--- cancelled, failed when a node failed, was cancelled or upstream_failed, else
--- succeeded. A scheduled instance leaves its definition's active set, and the buffered
--- instance, if any, starts; the definition's hash goes once it holds no instance (its
--- definition may have been deleted meanwhile: none is made again).
-local function wf_finished(P, wk, wf, now, nowStr, retention)
-  local w = redis.call('HMGET', wk, 'st', 'bad')
-  local st = w[1]
+-- wf_end_state is the state a workflow of state st (its 'st') ends in, bad of its nodes
+-- failed, cancelled or upstream_failed: cancelled when it was cancelled, failed when
+-- bad is above 0, else succeeded.
+local function wf_end_state(st, bad)
   if st == 'running' then
-    st = (tonumber(w[2]) or 0) > 0 and 'failed' or 'succeeded'
+    return bad > 0 and 'failed' or 'succeeded'
   end
-  redis.call('HSET', wk, 'st', st, 'en', nowStr)
+  return st
+end
+
+-- wf_finished ends workflow wf, every node of which has ended (wf_end_state). A
+-- scheduled instance leaves its definition's active set, and the buffered instance, if
+-- any, starts; the definition's hash goes once it holds no instance (its definition may
+-- have been deleted meanwhile: none is made again). A caller that wrote its end state
+-- and time already (wf_mark_many) passes the state as st.
+local function wf_finished(P, wk, wf, now, nowStr, retention, st)
+  if not st then
+    local w = redis.call('HMGET', wk, 'st', 'bad')
+    st = wf_end_state(w[1], tonumber(w[2]) or 0)
+    redis.call('HSET', wk, 'st', st, 'en', nowStr)
+  end
   redis.call('PEXPIRE', wk, retention)
   -- P..'stats' 'w:<state>': workflows ended (shard.Store.WorkflowCounts).
   stat('w', st, 1)
@@ -315,14 +364,17 @@ end
 -- no longer be met ends at once (and so on down). The nodes end together: a child counts
 -- all of its parents among them before its rule is applied, which decides as applying it
 -- after each would (the rules are decided the same whatever the order the parents end
--- in). Returns how many of them ended now.
+-- in). Returns how many of them ended now. With rel (a list), the jobs of the children
+-- to release in a packed workflow are added to it, for the caller to release
+-- (wf_release_many); without, they are released at once.
 --
 -- It runs at every node's end, so it makes few calls, however many nodes of a workflow
--- one call ends (a fan-out's parents acked together): the nodes' states and children in
--- one read, the children's states in one, and every state written in one write at the
--- end (a state changed during the call is read from what will be written).
-local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
-  local fields = { 'pk' }
+-- one call ends (a fan-out's parents acked together): the nodes' states and children
+-- and the workflow's counts in one read, the children's states in one, and every state
+-- and count written in one write at the end (a state changed during the call is read
+-- from what will be written).
+local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
+  local fields = { 'pk', 'left', 'bad', 'st' }
   for k = 1, #ends, 4 do
     fields[#fields + 1], fields[#fields + 2] = 's:' .. ends[k], 'c:' .. ends[k]
   end
@@ -340,9 +392,9 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
     local fs = 's:' .. node
     local at = pending[fs]
     -- Only the node's own state, its end and its attempts change: the rest is kept as is.
-    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n + 3] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
     if cur == 'waiting' or cur == 'released' then
-      wf_write(writes, pending, fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and num(att) or oldAtt))
+      wf_write(writes, pending, fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt))
       if result and st == 'succeeded' then
         -- Its children are claimed after this call: they find it.
         wf_write(writes, pending, 'x:' .. node, result)
@@ -352,7 +404,7 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
       if cat == 'bad' then
         bad = bad + 1
       end
-      wf_count(kids, counts, v[2 * n + 1] or '', cat)
+      wf_count(kids, counts, v[2 * n + 4] or '', cat)
     end
   end
   -- Level by level: the children counted, then those of the children that ended because
@@ -380,7 +432,11 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
         local d = wf_decide(c)
         if d == 'run' then
           c.st, c.rel = 'released', nowStr
-          wf_release(P, wf .. '@' .. child, nowStr, pack)
+          if rel and pack then
+            rel[#rel + 1] = wf .. '@' .. child
+          else
+            wf_release(P, wf .. '@' .. child, nowStr, pack)
+          end
         elseif d then
           c.st, c.en = d, nowStr
           ended = ended + 1
@@ -401,12 +457,23 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention)
   if marked == 0 then
     return 0
   end
-  wf_hset(wk, writes)
+  local left = (tonumber(v[2]) or 0) - ended
+  wf_write(writes, pending, 'left', wf_int(left))
   if bad > 0 then
-    redis.call('HINCRBY', wk, 'bad', bad)
+    bad = bad + (tonumber(v[3]) or 0)
+    wf_write(writes, pending, 'bad', wf_int(bad))
+  else
+    bad = tonumber(v[3]) or 0
   end
-  if redis.call('HINCRBY', wk, 'left', -ended) <= 0 then
-    wf_finished(P, wk, wf, now, nowStr, retention)
+  local fin
+  if left <= 0 then
+    fin = wf_end_state(v[4], bad)
+    wf_write(writes, pending, 'st', fin)
+    wf_write(writes, pending, 'en', nowStr)
+  end
+  wf_hset(wk, writes)
+  if fin then
+    wf_finished(P, wk, wf, now, nowStr, retention, fin)
   end
   return marked
 end
@@ -453,11 +520,26 @@ local function wf_end_later(ends, id, st, result, att)
 end
 
 -- wf_flush_ends moves the workflows of the node ends collected in ends, one wf_mark_many
--- each, in the order they first ended, and empties it.
+-- each, in the order they first ended, and empties it. The children they release are
+-- released together at the end (wf_release_many), also when one of them fails (a bug):
+-- the children of the workflows moved before it then have their runs (a workflow's
+-- states are written at the end of its wf_mark_many: the failed one's are not, nor are
+-- its children released), and the error is raised after.
 local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
   local order, by = ends.order, ends.by
   ends.order, ends.by = {}, {}
-  for _, wf in ipairs(order) do
-    wf_mark_many(P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention)
+  local rel, moved = {}, 0
+  local ok, err = pcall(function()
+    for _, wf in ipairs(order) do
+      wf_mark_many(P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
+      moved = #rel
+    end
+  end)
+  for k = #rel, moved + 1, -1 do
+    rel[k] = nil
+  end
+  wf_release_many(P, rel, nowStr)
+  if not ok then
+    error(err, 0)
   end
 end
