@@ -114,7 +114,10 @@ func TestWorker_RunsFiredAheadStartAtTheirDueTime(t *testing.T) {
 
 		now, err := s.ServerNow(ctx)
 		require.NoError(t, err)
-		due := now.Add(600 * time.Millisecond)
+		// Due after the lead (1s): fired, and claimed, a full lead ahead of it, which is
+		// the time the test has to see it running and cancel it before it starts (a due
+		// time within the lead left less, on a busy machine too little).
+		due := now.Add(1500 * time.Millisecond)
 		_, err = s.Create(ctx, []*job.Job{
 			{ID: "on-time", Type: "t", Schedule: job.Schedule{At: due}},
 			{ID: "cancelled", Type: "t", Schedule: job.Schedule{At: due}},
