@@ -388,11 +388,13 @@ func (s *snapshotCmd) list(ctx context.Context) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTARTED\tJOBS\tSHARDS\tSIZE\tSTATUS")
+	// JOBS counts the workflows' nodes too (as export and verify say), WORKFLOWS the
+	// workflows those are the nodes of.
+	fmt.Fprintln(w, "ID\tSTARTED\tJOBS\tWORKFLOWS\tSHARDS\tSIZE\tSTATUS")
 	for _, in := range infos {
 		started := in.Time.In(s.location()).Format(time.DateTime)
 		if m := in.Manifest; m != nil {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\tcomplete\n", in.ID, started, m.Jobs, m.Shards, byteSize(m.Bytes))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\tcomplete\n", in.ID, started, m.Jobs, m.Workflows, m.Shards, byteSize(m.Bytes))
 			continue
 		}
 		status := "incomplete"
@@ -402,7 +404,7 @@ func (s *snapshotCmd) list(ctx context.Context) error {
 		} else if !errors.Is(in.Err, snapshot.ErrIncomplete) {
 			status = "unreadable: " + in.Err.Error()
 		}
-		fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t%s\n", in.ID, started, status)
+		fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t%s\n", in.ID, started, status)
 	}
 	return w.Flush()
 }

@@ -70,8 +70,8 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 			require.Contains(t, out, "deleted "+first+"\n")
 
 			out = ok("snapshot", "ls", "--namespace", ns)
-			require.Regexp(t, `(?m)^ID\s+STARTED\s+JOBS\s+SHARDS\s+SIZE\s+STATUS$`, out)
-			require.Len(t, regexp.MustCompile(`(?m)^`+ns+`/\S+\s+\S+ \S+\s+5\s+4\s+\d+ B\s+complete$`).FindAllString(out, -1), 2, out)
+			require.Regexp(t, `(?m)^ID\s+STARTED\s+JOBS\s+WORKFLOWS\s+SHARDS\s+SIZE\s+STATUS$`, out)
+			require.Len(t, regexp.MustCompile(`(?m)^`+ns+`/\S+\s+\S+ \S+\s+5\s+1\s+4\s+\d+ B\s+complete$`).FindAllString(out, -1), 2, out)
 			require.NotContains(t, out, first)
 			require.Contains(t, ok("snapshot", "verify", "--namespace", ns), "is intact: 5 jobs (with the nodes of 1 workflow) in 4 files")
 
