@@ -211,7 +211,7 @@ func TestSnapshot_LsFindsTheExport(t *testing.T) {
 			// No namespace given: every namespace's snapshots.
 			code, out, errOut = execTock(t, nil, "snapshot", "ls", "--from", dir)
 			require.Equal(t, 0, code, errOut)
-			require.Regexp(t, `(?m)^`+regexp.QuoteMeta(id)+`\s.*\s1\s+2\s+.*complete$`, out)
+			require.Regexp(t, `(?m)^`+regexp.QuoteMeta(id)+`\s.*\s1\s+0\s+2\s+.*complete$`, out)
 			// The namespace given, and another one.
 			code, out, _ = execTock(t, nil, "snapshot", "ls", "--from", dir, "--namespace", ns)
 			require.Equal(t, 0, code)
