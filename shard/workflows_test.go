@@ -1445,3 +1445,44 @@ func TestWorkflow_FailedWorkflowStillReleasesTheOthersChildren(t *testing.T) {
 		require.True(t, strings.HasPrefix(next[0].Member, job.NodeJobID("w1", "b")+":"), next[0].Member)
 	})
 }
+
+// A workflow whose move fails (a bug: here its hash is no hash) before the others of the
+// call: the others are still moved (their nodes' runs are filed as ended by the call, so
+// a workflow left unmoved would wait forever for nodes that will not end again), and
+// their children are released.
+func TestWorkflow_FailedWorkflowStillMovesTheOthersAfterIt(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		c := b.Client(t)
+		for _, wf := range []string{"w1", "w2", "w3"} {
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
+			require.NoError(t, err)
+		}
+		cl, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, cl, 3)
+		slices.SortFunc(cl, func(x, y shard.Claimed) int { return strings.Compare(x.Member, y.Member) })
+		key := s.Keys().Prefix(0) + "wf:w2"
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(key).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("x").Build()).Error())
+		var fs []shard.Finish
+		for _, r := range cl {
+			fs = append(fs, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+		}
+		_, err = s.FinishRuns(ctx, 0, fs)
+		require.Error(t, err)
+		for _, wf := range []string{"w1", "w3"} {
+			w, err := s.Workflow(ctx, wf)
+			require.NoError(t, err)
+			require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w), wf)
+		}
+		next, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		var got []string
+		for _, r := range next {
+			got = append(got, r.JobID)
+		}
+		require.ElementsMatch(t, []string{job.NodeJobID("w1", "b"), job.NodeJobID("w3", "b")}, got)
+	})
+}

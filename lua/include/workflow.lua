@@ -521,25 +521,28 @@ end
 
 -- wf_flush_ends moves the workflows of the node ends collected in ends, one wf_mark_many
 -- each, in the order they first ended, and empties it. The children they release are
--- released together at the end (wf_release_many), also when one of them fails (a bug):
--- the children of the workflows moved before it then have their runs (a workflow's
--- states are written at the end of its wf_mark_many: the failed one's are not, nor are
--- its children released), and the error is raised after.
+-- released together at the end (wf_release_many). A workflow whose move fails (a bug)
+-- does not stop the others: the call files the ends of all of its runs (finish_runs'
+-- done: they leave the in-flight set, packed ones succeed), so a workflow left unmoved
+-- would wait for ever for nodes that will not end again. The failed one's states are
+-- not written (wf_mark_many writes them at its end), nor are its children released; the
+-- first error is raised after the others are moved and their children released.
 local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
   local order, by = ends.order, ends.by
   ends.order, ends.by = {}, {}
-  local rel, moved = {}, 0
-  local ok, err = pcall(function()
-    for _, wf in ipairs(order) do
-      wf_mark_many(P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
-      moved = #rel
+  local rel, failure = {}, nil
+  for _, wf in ipairs(order) do
+    local before = #rel
+    local ok, err = pcall(wf_mark_many, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
+    if not ok then
+      for k = #rel, before + 1, -1 do
+        rel[k] = nil
+      end
+      failure = failure or err
     end
-  end)
-  for k = #rel, moved + 1, -1 do
-    rel[k] = nil
   end
   wf_release_many(P, rel, nowStr)
-  if not ok then
-    error(err, 0)
+  if failure then
+    error(failure, 0)
   end
 end
