@@ -133,17 +133,16 @@ for c = 1, n do
 end
 wf_hset(wk, writes)
 -- A packed job or run state left by an earlier workflow of this id goes (as its job
--- hashes did above), before the roots are packed.
-if pack then
-  for k = 1, n, 3000 do
-    local last = math.min(k + 2999, n)
-    local ids = {}
-    for c = k, last do
-      ids[#ids + 1] = wf .. '@' .. names[c]
-    end
-    redis.call('HDEL', P .. PACKED, unpack(ids))
-    redis.call('HDEL', P .. PACKED_RUNS, unpack(ids))
+-- hashes did above), before the nodes are packed; also when this one is not packed (the
+-- earlier one may have been): a claim takes a run whose id has a packed job for one.
+for k = 1, n, 3000 do
+  local last = math.min(k + 2999, n)
+  local ids = {}
+  for c = k, last do
+    ids[#ids + 1] = wf .. '@' .. names[c]
   end
+  redis.call('HDEL', P .. PACKED, unpack(ids))
+  redis.call('HDEL', P .. PACKED_RUNS, unpack(ids))
 end
 packed_flush(P)
 redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', n, 'bad', 0,

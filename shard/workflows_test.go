@@ -1413,76 +1413,87 @@ func TestWorkflow_WaitingPackedNode(t *testing.T) {
 	})
 }
 
-// One workflow whose move fails (a bug: here its hash is no hash) fails the call; the
-// children that the workflows moved before it in the call released are still ready.
-func TestWorkflow_FailedWorkflowStillReleasesTheOthersChildren(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
-		ctx := context.Background()
-		s := open(t, b, shard.Config{Shards: 1})
-		c := b.Client(t)
-		for _, wf := range []string{"w1", "w2"} {
-			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
-			require.NoError(t, err)
-		}
-		cl, err := s.Claim(ctx, 0, "default", 10, "w", "n")
-		require.NoError(t, err)
-		require.Len(t, cl, 2)
-		slices.SortFunc(cl, func(x, y shard.Claimed) int { return strings.Compare(x.Member, y.Member) })
-		key := s.Keys().Prefix(0) + "wf:w2"
-		require.NoError(t, c.Do(ctx, c.B().Del().Key(key).Build()).Error())
-		require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("x").Build()).Error())
-		_, err = s.FinishRuns(ctx, 0, []shard.Finish{
-			{Member: cl[0].Member, Token: cl[0].Token, Outcome: shard.Succeeded},
-			{Member: cl[1].Member, Token: cl[1].Token, Outcome: shard.Succeeded},
-		})
-		require.Error(t, err)
-		w, err := s.Workflow(ctx, "w1")
-		require.NoError(t, err)
-		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w))
-		next, err := s.Claim(ctx, 0, "default", 10, "w", "n")
-		require.NoError(t, err)
-		require.Len(t, next, 1)
-		require.True(t, strings.HasPrefix(next[0].Member, job.NodeJobID("w1", "b")+":"), next[0].Member)
-	})
-}
-
 // A workflow whose move fails (a bug: here its hash is no hash) before the others of the
 // call: the others are still moved (their nodes' runs are filed as ended by the call, so
 // a workflow left unmoved would wait forever for nodes that will not end again), and
 // their children are released.
 func TestWorkflow_FailedWorkflowStillMovesTheOthersAfterIt(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
-		ctx := context.Background()
-		s := open(t, b, shard.Config{Shards: 1})
-		c := b.Client(t)
-		for _, wf := range []string{"w1", "w2", "w3"} {
-			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
-			require.NoError(t, err)
+		for _, noPack := range []bool{false, true} {
+			t.Run(fmt.Sprintf("NoPack=%v", noPack), func(t *testing.T) { failedWorkflowAmongOthers(t, b, noPack) })
 		}
+	})
+}
+
+func failedWorkflowAmongOthers(t *testing.T, b redistest.Backend, noPack bool) {
+	ctx := context.Background()
+	s := open(t, b, shard.Config{Shards: 1, NoPack: noPack})
+	c := b.Client(t)
+	for _, wf := range []string{"w1", "w2", "w3"} {
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
+		require.NoError(t, err)
+	}
+	cl, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+	require.NoError(t, err)
+	require.Len(t, cl, 3)
+	slices.SortFunc(cl, func(x, y shard.Claimed) int { return strings.Compare(x.Member, y.Member) })
+	key := s.Keys().Prefix(0) + "wf:w2"
+	require.NoError(t, c.Do(ctx, c.B().Del().Key(key).Build()).Error())
+	require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("x").Build()).Error())
+	var fs []shard.Finish
+	for _, r := range cl {
+		fs = append(fs, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+	}
+	_, err = s.FinishRuns(ctx, 0, fs)
+	require.Error(t, err)
+	for _, wf := range []string{"w1", "w3"} {
+		w, err := s.Workflow(ctx, wf)
+		require.NoError(t, err)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w), wf)
+	}
+	next, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+	require.NoError(t, err)
+	var got []string
+	for _, r := range next {
+		got = append(got, r.JobID)
+	}
+	require.ElementsMatch(t, []string{job.NodeJobID("w1", "b"), job.NodeJobID("w3", "b")}, got)
+}
+
+// A workflow created again under its id after the first one's hash expired, by a store
+// with packing off: a packed job left by the first (it may outlive the workflow hash by
+// up to an expiry bucket) is deleted, so the new node's run is its job hash's, with its
+// own payload.
+func TestWorkflow_CreatedAgainWithoutPacking(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		c := b.Client(t)
+		ns := redistest.Namespace(t, b)
+		packed, err := shard.Open(ctx, c, shard.Config{Namespace: ns, Shards: 1})
+		require.NoError(t, err)
+		first := node("a")
+		first.Payload = []byte("first")
+		_, err = packed.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{first}})
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowSucceeded, (&wfRunner{t: t, s: packed, wf: "w"}).run(ctx).State)
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(packed.Keys().Prefix(0)+"wf:w").Build()).Error())
+
+		s, err := shard.Open(ctx, c, shard.Config{Namespace: ns, Shards: 1, NoPack: true})
+		require.NoError(t, err)
+		second := node("a")
+		second.Payload = []byte("second")
+		_, err = s.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{second}})
+		require.NoError(t, err)
 		cl, err := s.Claim(ctx, 0, "default", 10, "w", "n")
 		require.NoError(t, err)
-		require.Len(t, cl, 3)
-		slices.SortFunc(cl, func(x, y shard.Claimed) int { return strings.Compare(x.Member, y.Member) })
-		key := s.Keys().Prefix(0) + "wf:w2"
-		require.NoError(t, c.Do(ctx, c.B().Del().Key(key).Build()).Error())
-		require.NoError(t, c.Do(ctx, c.B().Set().Key(key).Value("x").Build()).Error())
-		var fs []shard.Finish
-		for _, r := range cl {
-			fs = append(fs, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
-		}
-		_, err = s.FinishRuns(ctx, 0, fs)
-		require.Error(t, err)
-		for _, wf := range []string{"w1", "w3"} {
-			w, err := s.Workflow(ctx, wf)
-			require.NoError(t, err)
-			require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "b": job.NodeReady}, nodeStates(w), wf)
-		}
-		next, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.Len(t, cl, 1)
+		require.Equal(t, []byte("second"), cl[0].Payload)
+		finish(t, s, cl[0], shard.Succeeded)
+		info, err := s.Get(ctx, job.NodeJobID("w", "a"))
 		require.NoError(t, err)
-		var got []string
-		for _, r := range next {
-			got = append(got, r.JobID)
-		}
-		require.ElementsMatch(t, []string{job.NodeJobID("w1", "b"), job.NodeJobID("w3", "b")}, got)
+		require.Equal(t, job.StateCompleted, info.State)
+		w, err := s.Workflow(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowSucceeded, w.State)
 	})
 }

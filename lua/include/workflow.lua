@@ -198,14 +198,23 @@ local function wf_release(P, id, nowStr, pack)
   end
 end
 
--- wf_release_many is wf_release for the node jobs ids of packed workflows: the packed
--- ones waiting are released together (packed_release_many), any other alone.
-local function wf_release_many(P, ids, nowStr)
-  if #ids == 0 then
+-- wf_release_many is wf_release for the node jobs ids, those in the set unpacked of
+-- workflows that are not packed: the packed ones waiting are released together
+-- (packed_release_many), any other alone.
+local function wf_release_many(P, ids, nowStr, unpacked)
+  local packed = {}
+  for _, id in ipairs(ids) do
+    if unpacked[id] then
+      wf_release(P, id, nowStr, false)
+    else
+      packed[#packed + 1] = id
+    end
+  end
+  if #packed == 0 then
     return
   end
-  local qs, prs = packed_release_many(P, ids, nowStr)
-  for k, id in ipairs(ids) do
+  local qs, prs = packed_release_many(P, packed, nowStr)
+  for k, id in ipairs(packed) do
     if qs[k] then
       new_run(id, nowStr, qs[k], prs[k])
     else
@@ -365,15 +374,16 @@ end
 -- all of its parents among them before its rule is applied, which decides as applying it
 -- after each would (the rules are decided the same whatever the order the parents end
 -- in). Returns how many of them ended now. With rel (a list), the jobs of the children
--- to release in a packed workflow are added to it, for the caller to release
--- (wf_release_many); without, they are released at once.
+-- to release are added to it, for the caller to release (wf_release_many), and those of
+-- a workflow that is not packed also to the set unpacked; without, they are released at
+-- once.
 --
 -- It runs at every node's end, so it makes few calls, however many nodes of a workflow
 -- one call ends (a fan-out's parents acked together): the nodes' states and children
 -- and the workflow's counts in one read, the children's states in one, and every state
 -- and count written in one write at the end (a state changed during the call is read
 -- from what will be written).
-local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
+local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, unpacked)
   local fields = { 'pk', 'left', 'bad', 'st' }
   for k = 1, #ends, 4 do
     fields[#fields + 1], fields[#fields + 2] = 's:' .. ends[k], 'c:' .. ends[k]
@@ -432,8 +442,11 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
         local d = wf_decide(c)
         if d == 'run' then
           c.st, c.rel = 'released', nowStr
-          if rel and pack then
+          if rel then
             rel[#rel + 1] = wf .. '@' .. child
+            if not pack then
+              unpacked[wf .. '@' .. child] = true
+            end
           else
             wf_release(P, wf .. '@' .. child, nowStr, pack)
           end
@@ -530,10 +543,10 @@ end
 local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
   local order, by = ends.order, ends.by
   ends.order, ends.by = {}, {}
-  local rel, failure = {}, nil
+  local rel, unpacked, failure = {}, {}, nil
   for _, wf in ipairs(order) do
     local before = #rel
-    local ok, err = pcall(wf_mark_many, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
+    local ok, err = pcall(wf_mark_many, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel, unpacked)
     if not ok then
       for k = #rel, before + 1, -1 do
         rel[k] = nil
@@ -541,7 +554,7 @@ local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
       failure = failure or err
     end
   end
-  wf_release_many(P, rel, nowStr)
+  wf_release_many(P, rel, nowStr, unpacked)
   if failure then
     error(failure, 0)
   end
