@@ -85,7 +85,8 @@ local function packed_state(P, id, v, run, now)
   local cr, q, rec = string.match(v, '^(%d+)|%d*|([^|]*)|%d*|(.*)$')
   local id_, rest = string.match(rec, '^([^|]*)|W(|.*)$')
   if id_ then
-    -- A waiting workflow node: no run, no due time (its record read as due when created).
+    -- A waiting workflow node: no run, no due time (its record decoded as if due when it
+    -- was created, which only sets 'nx', made 0 here).
     local _, _, f = record_decode(id_ .. '|' .. cr .. rest, 0, 1)
     f[2], f[4], f[6] = 'waiting', '0', cr
     return f, -1, nil

@@ -37,8 +37,8 @@
 --                        ends; delete_job deletes an empty one a definition left
 --
 -- A node's job is made 'waiting' (no run: packed without a due time, or a job hash) and
--- gets its one run when released (wf_release). A node that will not run ends its job 'cancelled' with a history entry
--- saying why. A workflow hash expires `retention` after the workflow ends, never before
+-- gets its one run when released (wf_release). A node that will not run ends its job
+-- 'cancelled' with a history entry saying why. A workflow hash expires `retention` after the workflow ends, never before
 -- its nodes' jobs (which expire `retention` after each ends).
 --- @include "common"
 --- @include "packed"
@@ -198,8 +198,8 @@ local function wf_release(P, id, nowStr, pack)
   end
 end
 
--- wf_release_many is wf_release for the node jobs ids, those in the set unpacked of
--- workflows that are not packed: the packed ones waiting are released together
+-- wf_release_many is wf_release for node jobs ids; the set unpacked holds those of
+-- workflows that are not packed. The packed ones that wait are released together
 -- (packed_release_many), any other alone.
 local function wf_release_many(P, ids, nowStr, unpacked)
   local packed = {}
