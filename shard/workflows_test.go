@@ -379,9 +379,10 @@ func evalRule(rule job.Rule, parents []job.NodeState) job.NodeState {
 	}
 }
 
-// Random DAGs of up to 200 nodes with random rules and node outcomes: every node's final
-// state matches an independent evaluation of the rules, no node runs twice, and the
-// workflow's state follows from its nodes'.
+// Random DAGs of up to 200 nodes with random rules and node outcomes, some nodes' jobs
+// cancelled before anything runs: every node's final state matches an independent
+// evaluation of the rules, no node runs twice, and the workflow's state follows from its
+// nodes'.
 func TestWorkflow_RandomDAGs(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -410,12 +411,30 @@ func TestWorkflow_RandomDAGs(t *testing.T) {
 				}
 				fails[id] = rng.IntN(4) == 0
 			}
+			// Some nodes' jobs are cancelled before anything runs: waiting ones (packed
+			// or job hashes) and released roots. Never one with a cancelled ancestor,
+			// which may have been decided by that cancel already.
+			cancelled, tainted := map[string]bool{}, map[string]bool{}
+			for _, nd := range nodes {
+				for _, p := range nd.DependsOn {
+					tainted[nd.ID] = tainted[nd.ID] || tainted[p] || cancelled[p]
+				}
+				cancelled[nd.ID] = !tainted[nd.ID] && rng.IntN(8) == 0
+			}
 			// Submitted shuffled: the store orders them.
 			shuffled := append([]job.Node(nil), nodes...)
 			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 			id := fmt.Sprintf("rand-%d", round)
 			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: id, Jobs: shuffled})
 			require.NoError(t, err, "seed %d round %d", seed, round)
+			for _, nd := range nodes {
+				if cancelled[nd.ID] {
+					st, changed, err := s.Cancel(ctx, job.NodeJobID(id, nd.ID))
+					require.NoError(t, err, "seed %d round %d", seed, round)
+					require.True(t, changed, "%s (seed %d round %d)", nd.ID, seed, round)
+					require.Equal(t, job.StateCancelled, st)
+				}
+			}
 			r := &wfRunner{t: t, s: s, wf: id, outcome: func(n string) shard.Outcome {
 				if fails[n] {
 					return shard.Failed
@@ -438,6 +457,9 @@ func TestWorkflow_RandomDAGs(t *testing.T) {
 				if st == "run" {
 					st = endOf(!fails[nd.ID])
 				}
+				if cancelled[nd.ID] {
+					st = job.NodeCancelled
+				}
 				want[nd.ID] = st
 			}
 			require.Equal(t, want, nodeStates(w), "seed %d round %d", seed, round)
@@ -449,7 +471,7 @@ func TestWorkflow_RandomDAGs(t *testing.T) {
 			}
 			wantState := job.WorkflowSucceeded
 			for _, st := range want {
-				if st == job.NodeFailed || st == job.NodeUpstreamFailed {
+				if st == job.NodeFailed || st == job.NodeUpstreamFailed || st == job.NodeCancelled {
 					wantState = job.WorkflowFailed
 				}
 			}
