@@ -227,12 +227,12 @@ local function packed_release_many(P, ids, dueStr)
     local vs = redis.call('HMGET', P .. PACKED, unpack(ids, k, last))
     for g = 1, #vs do
       local v, i = vs[g], k + g - 1
-      local head, rest
+      local head, q, pri, rest
       if v then
-        head, rest = match(v, '^(%d+|%d*|[^|]*|%d*|[^|]*|)W(|.*)$')
+        head, q, pri, rest = match(v, '^(%d+|%d*|([^|]*)|(%d*)|[^|]*|)W(|.*)$')
       end
       if head then
-        qs[i], prs[i] = packed_head(v)
+        qs[i], prs[i] = q, pri
         sets[#sets + 1], sets[#sets + 2] = ids[i], head .. dueStr .. rest
       else
         qs[i], prs[i] = false, false

@@ -78,10 +78,10 @@ local function wf_split(id)
   return string.match(id, '^(.+)@([^@]+)$')
 end
 
--- wf_decide applies node n's rule to its parents' outcomes so far: 'run', a final state
--- ('upstream_failed' or 'skipped') when the rule can no longer be met, or nil to wait.
-local function wf_decide(n)
-  local rule, np, ok, bad, skip = n.rule, n.np, n.ok, n.bad, n.skip
+-- wf_decide_by applies rule to a node's np parents' outcomes so far (ok, bad and skip of
+-- them ended so: wf_category): 'run', a final state ('upstream_failed' or 'skipped')
+-- when the rule can no longer be met, or nil to wait.
+local function wf_decide_by(rule, np, ok, bad, skip)
   local done = ok + bad + skip
   if np == 0 then
     return 'run'
@@ -120,6 +120,11 @@ local function wf_decide(n)
     end
   end
   return nil
+end
+
+-- wf_decide is wf_decide_by for node n (wf_get's form).
+local function wf_decide(n)
+  return wf_decide_by(n.rule, n.np, n.ok, n.bad, n.skip)
 end
 
 -- The job hash fields of a waiting node's job that are not its definition and that it
@@ -355,14 +360,21 @@ end
 -- ended as cat (wf_category) in counts (child -> { ok, bad, skip }), listing in kids the
 -- children it counts first.
 local function wf_count(kids, counts, children, cat)
-  for child in string.gmatch(children, '[^,]+') do
-    local c = counts[child]
-    if not c then
-      c = { ok = 0, bad = 0, skip = 0 }
-      counts[child] = c
-      kids[#kids + 1] = child
+  -- Cut at the commas (a gmatch iterator costs more, and most nodes have one child).
+  local from, find, sub = 1, string.find, string.sub
+  while from <= #children do
+    local comma = find(children, ',', from, true)
+    local child = sub(children, from, (comma or 0) - 1)
+    from = comma and comma + 1 or #children + 1
+    if child ~= '' then
+      local c = counts[child]
+      if not c then
+        c = { ok = 0, bad = 0, skip = 0 }
+        counts[child] = c
+        kids[#kids + 1] = child
+      end
+      c[cat] = c[cat] + 1
     end
-    c[cat] = c[cat] + 1
   end
 end
 
@@ -435,13 +447,21 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
     for _, child in ipairs(names) do
       local f = 's:' .. child
       local at = pending[f]
-      local c = wf_get(at and writes[at] or stored[f])
-      if c and c.st == 'waiting' then
+      -- A waiting child's state (wf_get's form, decoded here without its table: this runs
+      -- for every child of every node that ends).
+      local rule, np, ok, cbad, skip, tail = string.match(at and writes[at] or stored[f] or '',
+        '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|(.*)$')
+      if rule then
         local t = tally[child]
-        c.ok, c.bad, c.skip = c.ok + t.ok, c.bad + t.bad, c.skip + t.skip
-        local d = wf_decide(c)
+        np, ok = tonumber(np) or 0, (tonumber(ok) or 0) + t.ok
+        cbad, skip = (tonumber(cbad) or 0) + t.bad, (tonumber(skip) or 0) + t.skip
+        local d = wf_decide_by(rule, np, ok, cbad, skip)
+        local counted = rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
+          wf_int(skip) .. '|'
+        local relAt, en, att = string.match(tail, '^([^|]*)|([^|]*)|([^|]*)$')
+        local state = 'waiting|' .. counted .. tail
         if d == 'run' then
-          c.st, c.rel = 'released', nowStr
+          state = 'released|' .. counted .. nowStr .. '|' .. (en or '') .. '|' .. (att or '')
           if rel then
             rel[#rel + 1] = wf .. '@' .. child
             if not pack then
@@ -451,19 +471,19 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
             wf_release(P, wf .. '@' .. child, nowStr, pack)
           end
         elseif d then
-          c.st, c.en = d, nowStr
+          state = d .. '|' .. counted .. (relAt or '') .. '|' .. nowStr .. '|' .. (att or '')
           ended = ended + 1
           if d == 'upstream_failed' then
             bad = bad + 1
           end
-          wf_end_job(P, wf .. '@' .. child, d == 'skipped' and 'skipped: its rule ' .. c.rule .. ' can no longer be met'
-            or 'upstream failed: its rule ' .. c.rule .. ' can no longer be met', now, keep, retention)
+          wf_end_job(P, wf .. '@' .. child, d == 'skipped' and 'skipped: its rule ' .. rule .. ' can no longer be met'
+            or 'upstream failed: its rule ' .. rule .. ' can no longer be met', now, keep, retention)
           if not kids then
             kids, counts = {}, {}
           end
           wf_count(kids, counts, redis.call('HGET', wk, 'c:' .. child) or '', wf_category(d))
         end
-        wf_write(writes, pending, f, wf_pack(c))
+        wf_write(writes, pending, f, state)
       end
     end
   end
