@@ -642,6 +642,24 @@ func reviewDef(t *testing.T, s *shard.Store, def string, overlap job.Overlap) []
 	return info.Payload
 }
 
+// heldT0 is when heldInstances starts the first instance; the second starts a day later.
+var heldT0 = time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+
+// heldInstances creates buffer_one definition def (reviewDef) and starts two of its
+// instances: the first runs, the second is held behind it. Returns them and the
+// definition's payload.
+func heldInstances(t *testing.T, s *shard.Store, def string) (first, second shard.WorkflowResult, payload []byte) {
+	t.Helper()
+	ctx := context.Background()
+	payload = reviewDef(t, s, def, job.OverlapBufferOne)
+	first, err := s.StartInstance(ctx, def, heldT0, payload)
+	require.NoError(t, err)
+	second, err = s.StartInstance(ctx, def, heldT0.Add(24*time.Hour), payload)
+	require.NoError(t, err)
+	require.True(t, second.Held)
+	return first, second, payload
+}
+
 // Cancelling the running instance of a buffer_one definition starts the buffered one
 // (docs/workflows.md: "it starts when the running one ends"): its root must get a run a
 // worker can claim. cancel_workflow.lua releases the held instance's roots through
@@ -651,14 +669,8 @@ func TestWorkflow_CancelRunningInstanceStartsBufferedOne(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1})
-		payload := reviewDef(t, s, "buf", job.OverlapBufferOne)
-		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
-		first, err := s.StartInstance(ctx, "buf", t0, payload)
-		require.NoError(t, err)
+		first, second, _ := heldInstances(t, s, "buf")
 		require.True(t, first.Created)
-		second, err := s.StartInstance(ctx, "buf", t0.Add(24*time.Hour), payload)
-		require.NoError(t, err)
-		require.True(t, second.Held)
 		// The first instance's root run is claimed, so that the only ready run afterwards
 		// can be the second instance's.
 		runs, err := s.Claim(ctx, 0, "default", 10, "w", "n")
@@ -689,13 +701,7 @@ func TestWorkflow_RetryInstanceObeysOverlap(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1})
-		payload := reviewDef(t, s, "buf2", job.OverlapBufferOne)
-		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
-		first, err := s.StartInstance(ctx, "buf2", t0, payload)
-		require.NoError(t, err)
-		second, err := s.StartInstance(ctx, "buf2", t0.Add(24*time.Hour), payload)
-		require.NoError(t, err)
-		require.True(t, second.Held)
+		first, second, _ := heldInstances(t, s, "buf2")
 		_, changed, err := s.CancelWorkflow(ctx, second.ID)
 		require.NoError(t, err)
 		require.True(t, changed)
@@ -724,10 +730,10 @@ func TestWorkflow_RetryInstanceObeysOverlap(t *testing.T) {
 		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
 
 		// Overlap allow: a retry runs beside a running instance.
-		payload = reviewDef(t, s, "all", job.OverlapAllow)
-		one, err := s.StartInstance(ctx, "all", t0, payload)
+		payload := reviewDef(t, s, "all", job.OverlapAllow)
+		one, err := s.StartInstance(ctx, "all", heldT0, payload)
 		require.NoError(t, err)
-		two, err := s.StartInstance(ctx, "all", t0.Add(time.Hour), payload)
+		two, err := s.StartInstance(ctx, "all", heldT0.Add(time.Hour), payload)
 		require.NoError(t, err)
 		_, _, err = s.CancelWorkflow(ctx, two.ID)
 		require.NoError(t, err)
@@ -900,15 +906,9 @@ func TestWorkflow_DeletedDefinitionLeavesNoHash(t *testing.T) {
 			require.NoError(t, err)
 			return n == 1
 		}
-		payload := reviewDef(t, s, "gone", job.OverlapBufferOne)
-		t0 := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
-		first, err := s.StartInstance(ctx, "gone", t0, payload)
-		require.NoError(t, err)
-		second, err := s.StartInstance(ctx, "gone", t0.Add(24*time.Hour), payload)
-		require.NoError(t, err)
-		require.True(t, second.Held)
+		first, second, payload := heldInstances(t, s, "gone")
 		require.NoError(t, s.Delete(ctx, "gone"))
-		_, err = s.Get(ctx, "gone")
+		_, err := s.Get(ctx, "gone")
 		require.ErrorIs(t, err, shard.ErrNotFound)
 		require.Equal(t, []string{"," + first.ID + ",", second.ID}, hmget(t, c, dk, "act", "bf"), "kept for the instances")
 
@@ -928,7 +928,7 @@ func TestWorkflow_DeletedDefinitionLeavesNoHash(t *testing.T) {
 
 		// An instance started after the delete (its definition's run was under way), then
 		// cancelled and retried.
-		third, err := s.StartInstance(ctx, "gone", t0.Add(48*time.Hour), payload)
+		third, err := s.StartInstance(ctx, "gone", heldT0.Add(48*time.Hour), payload)
 		require.NoError(t, err)
 		require.True(t, third.Created)
 		require.True(t, exists(dk))
@@ -946,12 +946,12 @@ func TestWorkflow_DeletedDefinitionLeavesNoHash(t *testing.T) {
 		// A live definition's hash goes too when its instances ended, and comes back with
 		// the next.
 		payload = reviewDef(t, s, "live", job.OverlapSkip)
-		live, err := s.StartInstance(ctx, "live", t0, payload)
+		live, err := s.StartInstance(ctx, "live", heldT0, payload)
 		require.NoError(t, err)
 		r = &wfRunner{t: t, s: s, wf: live.ID}
 		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
 		require.False(t, exists(s.Keys().WorkflowDefinition(0, "live")))
-		next, err := s.StartInstance(ctx, "live", t0.Add(24*time.Hour), payload)
+		next, err := s.StartInstance(ctx, "live", heldT0.Add(24*time.Hour), payload)
 		require.NoError(t, err)
 		require.True(t, next.Created)
 		require.Equal(t, []string{"," + next.ID + ",", ""}, hmget(t, c, s.Keys().WorkflowDefinition(0, "live"), "act", "bf"))
