@@ -13,7 +13,7 @@
 --
 -- Derived keys: P..'wf:'..id, P..'wfd:'..def, P..'job:'..id..'@'..node, and those of
 --               cancel_job (with the packed form's: a started buffered instance's roots
---               are packed as they are released)
+--               wait packed and are given their due time as they are released)
 --
 -- A cancelled scheduled instance leaves its definition's running set: the buffered
 -- instance, if any, starts (its roots' runs are made ready).

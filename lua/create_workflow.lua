@@ -151,7 +151,8 @@ if hold then
   redis.call('HSET', wk, 'hold', '1')
 end
 if pack then
-  -- Its nodes' jobs are packed as they are released (include workflow's wf_release).
+  -- Its nodes' jobs are packed, and released where they are (include workflow's
+  -- wf_release).
   redis.call('HSET', wk, 'pk', '1')
 end
 if def ~= '' then

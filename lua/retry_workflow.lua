@@ -21,8 +21,8 @@
 -- ARGV[4] retention  ms      how long the jobs of nodes that end at once are kept
 --
 -- Derived keys: P..'wf:'..id, P..'wfd:'..def, P..'job:'..id..'@'..node, P..'ready:'..queue,
---               P..'stats', and the packed form's keys (a released node's job is
---               packed: include workflow's wf_release)
+--               P..'stats', and the packed form's keys (a waiting node's packed job is
+--               given its due time: include workflow's wf_release)
 --
 -- Returns: { code, state, queues }
 --   code 1 retried (state 'running'), 0 nothing to retry (state says why: running or

@@ -12,7 +12,7 @@
 --
 -- Derived keys: P..'wfd:'..def, P..'wf:'..instance, P..'job:'..instance..'@'..node,
 --               P..'ready:'..queue, P..'stats', and the packed form's keys (a released
---               node's job is packed: include workflow's wf_release)
+--               node's packed job is given its due time: include workflow's wf_release)
 --
 -- Returns: { started, queues }
 --   started  buffered instances started

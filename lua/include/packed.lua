@@ -190,36 +190,12 @@ local function packed_add(id, nowStr, q, pri, due, dueStr, dh, argv, defStart, d
   packedAdds[k + 1], packedAdds[k + 2] = id, packed_value(id, nowStr, q, pri, due, dueStr, dh, argv, defStart, defEnd)
 end
 
--- packed_put stores a packed job at once, as packed_add and packed_flush would: created
--- at crStr, due at due (ms; dueStr as a string), its definition the fields of list def
--- (name, value, ...). The caller files its run.
-local function packed_put(P, id, crStr, q, pri, due, dueStr, dh, def)
-  local t, v = as_table()
-  redis.call('HSET', P .. PACKED, t, v, id, packed_value(id, crStr, q, pri, due, dueStr, dh, def, 1, #def))
-end
-
--- packed_release gives packed workflow node id, waiting (packed_add with due 'W'), its
--- run's due time dueStr, and returns its queue and priority (as stored); nil when it is
--- not a packed waiting node (then it is unchanged). Costs one HGET and one HSET: the
--- release of a node is on the path of every workflow's progress.
-local function packed_release(P, id, dueStr)
-  local v = redis.call('HGET', P .. PACKED, id)
-  if not v then
-    return nil
-  end
-  local head, rest = string.match(v, '^(%d+|%d*|[^|]*|%d*|[^|]*|)W(|.*)$')
-  if not head then
-    return nil
-  end
-  redis.call('HSET', P .. PACKED, id, head .. dueStr .. rest)
-  return packed_head(v)
-end
-
--- packed_release_many is packed_release for nodes ids, all given due time dueStr, in one
--- HMGET and one HSET (a call that ends many workflows' nodes releases their children
--- together). Returns per id its queue (as stored), or false when it is not a packed
--- waiting node (then it is unchanged), and per id its priority.
-local function packed_release_many(P, ids, dueStr)
+-- packed_release gives the packed workflow nodes ids that wait (packed_add with due
+-- 'W') their runs' due time dueStr, in one HMGET and one HSET: a call that ends many
+-- workflows' nodes releases their children together (include workflow's
+-- wf_release_many). Returns per id its queue and priority (as stored), or false for an
+-- id that is not a packed waiting node (it is left unchanged).
+local function packed_release(P, ids, dueStr)
   local qs, prs, sets = {}, {}, {}
   local match = string.match
   for k = 1, #ids, 1000 do

@@ -127,85 +127,30 @@ local function wf_decide(n)
   return wf_decide_by(n.rule, n.np, n.ok, n.bad, n.skip)
 end
 
--- The job hash fields of a waiting node's job that are not its definition and that it
--- has only after a run (a retried node's): such a job is not packed when released.
-local WF_RUN_FIELDS = { h = true, hs = true, xs = true, bf = true }
-
 -- wf_release gives node job id its one run, due now, unless the job is not waiting. With
--- pack (the workflow's 'pk': create_workflow's pack), a node's job waits packed, and is
--- given its due time where it is (packed_release); a job hash that never ran (a packed
--- one thawed while it waited) is packed as it goes (as create_jobs packs a one-time job
--- due now): its claim and ack are then those of a packed job. A retried one stays a job
--- hash, with its history.
+-- pack (the workflow's 'pk': create_workflow's pack), a node's job waits packed and is
+-- given its due time where it is (packed_release); any other (a workflow not packed, a
+-- priority that is no digit, a retried node with its history) is a job hash, made ready.
 local function wf_release(P, id, nowStr, pack)
-  local jobKey = P .. 'job:' .. id
   if pack then
-    local q, pri = packed_release(P, id, nowStr)
-    if q then
-      new_run(id, nowStr, q, pri)
+    local qs, prs = packed_release(P, { id }, nowStr)
+    if qs[1] then
+      new_run(id, nowStr, qs[1], prs[1])
       return
     end
-  else
-    local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
-    if j[1] ~= 'waiting' then
-      return
-    end
-    new_run(id, nowStr, j[2], j[3])
-    redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
+  end
+  local jobKey = P .. 'job:' .. id
+  local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
+  if j[1] ~= 'waiting' then
     return
   end
-  local all = redis.call('HGETALL', jobKey)
-  local st, cr, dh, q, pri = nil, nowStr, '', '', ''
-  local def, fresh = {}, true
-  -- The payload's chunks (p, p1 … p9: shard/jobs.go appendPayload) by their index:
-  -- HGETALL gives a job hash's fields in no set order once the hash is a hash table (a
-  -- value over 64 bytes makes it one), and record_encode joins them in the order given.
-  local chunks, last = {}, -1
-  for k = 1, #all, 2 do
-    local f, v = all[k], all[k + 1]
-    local c = f == 'p' and 0 or (#f == 2 and string.byte(f) == 112 and tonumber(string.sub(f, 2)))
-    if c then
-      chunks[c] = v
-      last = math.max(last, c)
-    elseif f == 'st' then
-      st = v
-    elseif f == 'cr' then
-      cr = v
-    elseif f == 'dh' then
-      dh = v
-    elseif f == 'nx' or f == 'rl' then
-      -- The job's state, not its definition.
-    elseif WF_RUN_FIELDS[f] or string.find(f, '^[rx]%d') then
-      fresh = false
-    else
-      def[#def + 1], def[#def + 2] = f, v
-      if f == 'q' then
-        q = v
-      elseif f == 'pr' then
-        pri = v
-      end
-    end
-  end
-  if st ~= 'waiting' then
-    return
-  end
-  for c = 0, last do
-    if chunks[c] then
-      def[#def + 1], def[#def + 2] = c == 0 and 'p' or 'p' .. c, chunks[c]
-    end
-  end
-  new_run(id, nowStr, q, pri)
-  if fresh and (pri == '' or PRI_DIGIT[pri]) then
-    redis.call('DEL', jobKey)
-    packed_put(P, id, cr, q, pri, tonumber(nowStr), nowStr, dh, def)
-  else
-    redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
-  end
+  new_run(id, nowStr, j[2], j[3])
+  redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
 end
 
 -- wf_release_many is wf_release for node jobs ids; the set unpacked holds those of
 -- workflows that are not packed. The packed ones that wait are released together
--- (packed_release_many), any other alone.
+-- (packed_release), any other alone.
 local function wf_release_many(P, ids, nowStr, unpacked)
   local packed = {}
   for _, id in ipairs(ids) do
@@ -218,7 +163,7 @@ local function wf_release_many(P, ids, nowStr, unpacked)
   if #packed == 0 then
     return
   end
-  local qs, prs = packed_release_many(P, packed, nowStr)
+  local qs, prs = packed_release(P, packed, nowStr)
   for k, id in ipairs(packed) do
     if qs[k] then
       new_run(id, nowStr, qs[k], prs[k])
