@@ -76,8 +76,11 @@ end
 
 packed_reset()
 local names = {}
--- The workflow hash's node fields, written at once after the loop.
-local writes = {}
+-- The workflow hash's node fields, written at once after the loop, after the counts
+-- every node's end reads (a small hash is a list searched from its start), and then the
+-- parents, which only readers and retries read.
+local writes = { 'left', n, 'bad', '0', 'pk', pack and '1' or '0' }
+local parentFields = {}
 local i = 8
 for c = 1, n do
   local node, rule, parents, children, ndh = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -129,9 +132,12 @@ for c = 1, n do
     writes[#writes + 1] = 'waiting|' .. rule .. '|' .. np .. '|0|0|0|||'
   end
   local k = #writes
-  writes[k + 1], writes[k + 2], writes[k + 3], writes[k + 4] = 'p:' .. node, parents, 'c:' .. node, children
+  writes[k + 1], writes[k + 2] = 'c:' .. node, children
+  k = #parentFields
+  parentFields[k + 1], parentFields[k + 2] = 'p:' .. node, parents
 end
 wf_hset(wk, writes)
+wf_hset(wk, parentFields)
 -- A packed job or run state left by an earlier workflow of this id goes (as its job
 -- hashes did above), before the nodes are packed; also when this one is not packed (the
 -- earlier one may have been): a claim takes a run whose id has a packed job for one.
@@ -145,15 +151,9 @@ for k = 1, n, 3000 do
   redis.call('HDEL', P .. PACKED_RUNS, unpack(ids))
 end
 packed_flush(P)
-redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'left', n, 'bad', 0,
-  'nodes', table.concat(names, ','))
+redis.call('HSET', wk, 'st', 'running', 'dh', dh, 'cr', nowStr, 'n', n, 'nodes', table.concat(names, ','))
 if hold then
   redis.call('HSET', wk, 'hold', '1')
-end
-if pack then
-  -- Its nodes' jobs are packed, and released where they are (include workflow's
-  -- wf_release).
-  redis.call('HSET', wk, 'pk', '1')
 end
 if def ~= '' then
   -- A retry checks it against the definition's other instances (retry_workflow).

@@ -12,7 +12,8 @@
 --              upstream_failed
 --     'nodes'  the node ids in submission order, comma separated
 --     'ov'     a scheduled instance's overlap policy (retry_workflow checks it)
---     'pk'     '1' when its nodes' jobs are packed (create_workflow; wf_release)
+--     'pk'     '1' when its nodes' jobs are packed (create_workflow; wf_release), else
+--              '0' (or none, in a workflow created before it was always written)
 --     'hold'   '1' while a buffered instance waits for its definition's active one
 --              (overlap buffer_one): its roots are released when that one ends
 --     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
@@ -66,6 +67,20 @@ local function wf_int(n)
     end
   end
   return s
+end
+
+-- wf_num parses a count as stored (wf_int's form; '' is 0): the small ones from a
+-- cache (tonumber goes through the C library's strtod).
+local wfNums = {}
+local function wf_num(s)
+  local n = wfNums[s]
+  if not n then
+    n = tonumber(s) or 0
+    if s and n >= 0 and n < 1024 then
+      wfNums[s] = n
+    end
+  end
+  return n
 end
 
 local function wf_pack(n)
@@ -337,11 +352,12 @@ end
 --
 -- It runs at every node's end, so it makes few calls, however many nodes of a workflow
 -- one call ends (a fan-out's parents acked together): the nodes' states and children
--- and the workflow's counts in one read, the children's states in one, and every state
--- and count written in one write at the end (a state changed during the call is read
--- from what will be written).
+-- and the nodes left in one read, the children's states in one, and every state and
+-- count written in one write at the end (a state changed during the call is read from
+-- what will be written). The workflow's state and failed nodes are read only when it
+-- ends or a node failed (every field read costs as much as a few string operations).
 local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, unpacked)
-  local fields = { 'pk', 'left', 'bad', 'st' }
+  local fields = { 'pk', 'left' }
   for k = 1, #ends, 4 do
     fields[#fields + 1], fields[#fields + 2] = 's:' .. ends[k], 'c:' .. ends[k]
   end
@@ -356,10 +372,10 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
   for k = 1, #ends, 4 do
     local node, st, result, att = ends[k], ends[k + 1], ends[k + 2], ends[k + 3]
     n = n + 1
-    local fs = 's:' .. node
+    local fs = fields[2 * n + 1]
     local at = pending[fs]
     -- Only the node's own state, its end and its attempts change: the rest is kept as is.
-    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n + 3] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n + 1] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
     if cur == 'waiting' or cur == 'released' then
       wf_write(writes, pending, fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt))
       if result and st == 'succeeded' then
@@ -371,7 +387,7 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
       if cat == 'bad' then
         bad = bad + 1
       end
-      wf_count(kids, counts, v[2 * n + 4] or '', cat)
+      wf_count(kids, counts, v[2 * n + 2] or '', cat)
     end
   end
   -- Level by level: the children counted, then those of the children that ended because
@@ -379,34 +395,41 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
   while kids and #kids > 0 do
     local names, tally = kids, counts
     kids, counts = nil, nil
-    local read = {}
-    for _, child in ipairs(names) do
-      if not pending['s:' .. child] then
-        read[#read + 1] = 's:' .. child
+    -- The children's fields, and the states of those not written in this call (where
+    -- writes holds the others'), read at once.
+    local fs, at, read = {}, {}, {}
+    for c, child in ipairs(names) do
+      local f = 's:' .. child
+      fs[c], at[c] = f, pending[f]
+      if not at[c] then
+        read[#read + 1] = f
       end
     end
-    local got, stored = wf_hmget(wk, read), {}
-    for g, f in ipairs(read) do
-      stored[f] = got[g]
-    end
-    for _, child in ipairs(names) do
-      local f = 's:' .. child
-      local at = pending[f]
+    local got, r = wf_hmget(wk, read), 0
+    for c, child in ipairs(names) do
+      local f, cur = fs[c], nil
+      if at[c] then
+        cur = writes[at[c]]
+      else
+        r = r + 1
+        cur = got[r]
+      end
       -- A waiting child's state (wf_get's form, decoded here without its table: this runs
       -- for every child of every node that ends).
-      local rule, np, ok, cbad, skip, tail = string.match(at and writes[at] or stored[f] or '',
-        '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|(.*)$')
+      local rule, np, ok, cbad, skip, relAt, en, att = string.match(cur or '',
+        '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$')
       if rule then
         local t = tally[child]
-        np, ok = tonumber(np) or 0, (tonumber(ok) or 0) + t.ok
-        cbad, skip = (tonumber(cbad) or 0) + t.bad, (tonumber(skip) or 0) + t.skip
+        np, ok = wf_num(np), wf_num(ok) + t.ok
+        cbad, skip = wf_num(cbad) + t.bad, wf_num(skip) + t.skip
         local d = wf_decide_by(rule, np, ok, cbad, skip)
         local counted = rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
           wf_int(skip) .. '|'
-        local relAt, en, att = string.match(tail, '^([^|]*)|([^|]*)|([^|]*)$')
-        local state = 'waiting|' .. counted .. tail
-        if d == 'run' then
-          state = 'released|' .. counted .. nowStr .. '|' .. (en or '') .. '|' .. (att or '')
+        local state
+        if not d then
+          state = 'waiting|' .. counted .. relAt .. '|' .. en .. '|' .. att
+        elseif d == 'run' then
+          state = 'released|' .. counted .. nowStr .. '|' .. en .. '|' .. att
           if rel then
             rel[#rel + 1] = wf .. '@' .. child
             if not pack then
@@ -415,8 +438,8 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
           else
             wf_release(P, wf .. '@' .. child, nowStr, pack)
           end
-        elseif d then
-          state = d .. '|' .. counted .. (relAt or '') .. '|' .. nowStr .. '|' .. (att or '')
+        else
+          state = d .. '|' .. counted .. relAt .. '|' .. nowStr .. '|' .. att
           ended = ended + 1
           if d == 'upstream_failed' then
             bad = bad + 1
@@ -435,17 +458,19 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
   if marked == 0 then
     return 0
   end
-  local left = (tonumber(v[2]) or 0) - ended
+  local left = wf_num(v[2]) - ended
   wf_write(writes, pending, 'left', wf_int(left))
+  local w
+  if bad > 0 or left <= 0 then
+    w = redis.call('HMGET', wk, 'bad', 'st')
+  end
   if bad > 0 then
-    bad = bad + (tonumber(v[3]) or 0)
+    bad = bad + wf_num(w[1])
     wf_write(writes, pending, 'bad', wf_int(bad))
-  else
-    bad = tonumber(v[3]) or 0
   end
   local fin
   if left <= 0 then
-    fin = wf_end_state(v[4], bad)
+    fin = wf_end_state(w[2], bad > 0 and bad or wf_num(w[1]))
     wf_write(writes, pending, 'st', fin)
     wf_write(writes, pending, 'en', nowStr)
   end
