@@ -32,8 +32,9 @@
 -- A recurring job keeps the results of its newest `keep` runs: 'xs' lists their due
 -- times, oldest first, and older x<due> fields are deleted as new ones come.
 --
--- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats', and
---               the packed form's keys (include packed)
+-- Derived keys: P..'job:'..id, P..'due:'..bucket, P..'ready:'..queue, P..'stats',
+--               P..'wf:'..wf and P..'wfd:'..def (include workflow), and the packed form's
+--               keys (include packed)
 --
 -- A packed job's run that succeeded is recorded in its packed state, with those of the
 -- other runs of the call in one write (packed_done), and moves its workflow when it is a
@@ -194,6 +195,9 @@ local function finish(member, outcome, token, errmsg, delay)
       keep_result(jobKey, due)
     end
     redis.call('PEXPIRE', jobKey, retention)
+    if st == 'cancelled' then
+      wf_outlive(P, id, retention)
+    end
     wf_end_later(wfEnds, id, st == 'cancelled' and 'cancelled' or 'succeeded', result, att)
     return 1
   end
@@ -283,6 +287,9 @@ local function finish(member, outcome, token, errmsg, delay)
       redis.call('HSET', jobKey, rf, run_pack(r), 'st', 'cancelled', 'rl', rl, 'h', h)
     end
     redis.call('PEXPIRE', jobKey, retention)
+    if st == 'cancelled' then
+      wf_outlive(P, id, retention)
+    end
     -- A node cancelled by its worker (do not retry) failed; by a cancel of its job or
     -- workflow, it was cancelled.
     wf_end_later(wfEnds, id, st == 'cancelled' and 'cancelled' or 'failed', nil, att)

@@ -1519,3 +1519,45 @@ func TestWorkflow_CreatedAgainWithoutPacking(t *testing.T) {
 		require.Equal(t, job.WorkflowSucceeded, w.State)
 	})
 }
+
+// A workflow's hash never expires before its nodes' jobs: a node whose run was cancelled
+// while it ran (its workflow cancelled) has its job's expiry set again when that run's
+// worker reports, after the workflow ended; the workflow's expiry moves with it. Before
+// the fix, the hash expired first, for as long as the worker took to report.
+func TestWorkflow_HashOutlivesACancelledNodesLateReport(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
+		c := b.Client(t)
+		expireAt := func(key string) int64 {
+			v, err := c.Do(ctx, c.B().Pexpiretime().Key(key).Build()).AsInt64()
+			require.NoError(t, err)
+			return v
+		}
+		for _, o := range []shard.Outcome{shard.Succeeded, shard.Failed} {
+			wf := "late-" + string(o)
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
+			require.NoError(t, err)
+			runs, err := s.Claim(ctx, 0, "default", 1, "w", "n")
+			require.NoError(t, err)
+			require.Len(t, runs, 1)
+			_, _, err = s.CancelWorkflow(ctx, wf)
+			require.NoError(t, err)
+			// The worker reports a while later.
+			if b.Mini != nil {
+				b.Mini.FastForward(time.Minute)
+			} else {
+				time.Sleep(20 * time.Millisecond)
+			}
+			errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: runs[0].Member, Token: runs[0].Token, Outcome: o, Error: "late"}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			jobAt, wfAt := expireAt(s.Keys().Job(0, wf+"@a")), expireAt(s.Keys().Workflow(0, wf))
+			require.Positive(t, jobAt)
+			require.GreaterOrEqual(t, wfAt, jobAt, "the workflow hash expires after its node's job")
+			w, err := s.Workflow(ctx, wf)
+			require.NoError(t, err)
+			require.Equal(t, job.WorkflowCancelled, w.State)
+		}
+	})
+}

@@ -202,6 +202,23 @@ local function wf_end_job(P, id, why, now, keep, retention)
   redis.call('PEXPIRE', jobKey, retention)
 end
 
+-- wf_outlive keeps the hash of node job id's workflow, once it ended (it has an expiry
+-- then), until at least its job expires, which is retention from now: the job of a node
+-- whose run was cancelled while it ran (cancel_workflow, cancel_job) is given its expiry
+-- again when that run's report comes, after its workflow may have ended. A job that is
+-- no node, or whose workflow runs (no expiry) or is gone, changes nothing.
+local function wf_outlive(P, id, retention)
+  local wf = wf_split(id)
+  if not wf then
+    return
+  end
+  local wk = P .. 'wf:' .. wf
+  local ttl = redis.call('PTTL', wk)
+  if ttl >= 0 and ttl < tonumber(retention) then
+    redis.call('PEXPIRE', wk, retention)
+  end
+end
+
 -- wf_category is how a node's end counts for its children's rules.
 local function wf_category(st)
   if st == 'succeeded' then
