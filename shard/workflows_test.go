@@ -1561,3 +1561,33 @@ func TestWorkflow_HashOutlivesACancelledNodesLateReport(t *testing.T) {
 		}
 	})
 }
+
+// A held instance that ends before it started, its nodes' jobs cancelled one by one
+// (cancelling a node's job is allowed), is held no more: neither it nor a listing shows
+// an ended workflow as held, and its definition's next instance starts once the
+// running one ended. Before the fix, only cancel_workflow dropped 'hold'.
+func TestWorkflow_HeldInstanceEndedByItsNodesJobsIsHeldNoMore(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		first, second, payload := heldInstances(t, s, "hn")
+		_, changed, err := s.Cancel(ctx, second.ID+"@a")
+		require.NoError(t, err)
+		require.True(t, changed)
+		w, err := s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowFailed, w.State)
+		require.False(t, w.Held, "an ended instance is held no more")
+		page, err := s.ListWorkflows(ctx, shard.WorkflowFilter{Prefix: "hn@"})
+		require.NoError(t, err)
+		for _, l := range page.Workflows {
+			require.False(t, l.Held, l.ID)
+		}
+		r := &wfRunner{t: t, s: s, wf: first.ID}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		third, err := s.StartInstance(ctx, "hn", heldT0.Add(48*time.Hour), payload)
+		require.NoError(t, err)
+		require.True(t, third.Created)
+		require.False(t, third.Held)
+	})
+}

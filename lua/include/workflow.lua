@@ -285,8 +285,10 @@ local function wf_finished(P, wk, wf, now, nowStr, retention, st)
     local d = redis.call('HMGET', dk, 'act', 'bf')
     local act, bf = rl_del(d[1] or ',', wf), d[2] or ''
     if bf == wf then
-      -- The buffered instance itself ended (cancelled before it started).
+      -- The buffered instance itself ended (cancelled before it started, or its nodes'
+      -- jobs were): it is held no more.
       bf = ''
+      redis.call('HDEL', wk, 'hold')
     elseif bf ~= '' and not runs_active(act) then
       act = rl_add(act, bf)
       wf_hold_release(P, P .. 'wf:' .. bf, bf, nowStr)
