@@ -1591,3 +1591,45 @@ func TestWorkflow_HeldInstanceEndedByItsNodesJobsIsHeldNoMore(t *testing.T) {
 		require.False(t, third.Held)
 	})
 }
+
+// A buffered (buffer_one) instance runs no node while it is held, even one whose rule is
+// met before it starts: cancelling the held instance's root job decides its one_failed
+// child, which waits with its rule met and is released with the roots when the running
+// instance ends, not beside it.
+func TestWorkflow_HeldInstanceRunsNoNodeUntilItStarts(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "hr", Jobs: []job.Node{node("a"), node("c", "a"),
+			ruled(node("h", "a"), job.RuleOneFailed)}, Schedule: &job.Schedule{Cron: "0 3 * * *"}, Overlap: job.OverlapBufferOne})
+		require.NoError(t, err)
+		info, err := s.Get(ctx, "hr")
+		require.NoError(t, err)
+		first, err := s.StartInstance(ctx, "hr", heldT0, info.Payload)
+		require.NoError(t, err)
+		second, err := s.StartInstance(ctx, "hr", heldT0.Add(24*time.Hour), info.Payload)
+		require.NoError(t, err)
+		require.True(t, second.Held)
+
+		_, changed, err := s.Cancel(ctx, second.ID+"@a")
+		require.NoError(t, err)
+		require.True(t, changed)
+		w, err := s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.True(t, w.Held)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeCancelled, "c": job.NodeUpstreamFailed, "h": job.NodeWaiting},
+			nodeStates(w), "a held instance's node whose rule is met waits")
+
+		// Each step claims every ready run: the held instance's h runs only in the step
+		// after the running instance's last node (c; its h was skipped) ended.
+		r := &wfRunner{t: t, s: s, wf: first.ID, anyWF: true}
+		require.Equal(t, job.WorkflowSucceeded, r.run(ctx).State)
+		require.Equal(t, []string{"a", "c", "h"}, r.ran)
+		w, err = s.Workflow(ctx, second.ID)
+		require.NoError(t, err)
+		require.False(t, w.Held)
+		require.Equal(t, job.WorkflowFailed, w.State)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeCancelled, "c": job.NodeUpstreamFailed, "h": job.NodeSucceeded},
+			nodeStates(w))
+	})
+}

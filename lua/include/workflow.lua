@@ -229,14 +229,15 @@ local function wf_category(st)
   return 'bad'
 end
 
--- wf_hold_release releases the roots of a held (buffered) instance.
+-- wf_hold_release releases the nodes of a held (buffered) instance whose rule is met: its
+-- roots, and any node whose parents ended while it was held (wf_mark_many).
 local function wf_hold_release(P, wk, wf, nowStr)
   redis.call('HDEL', wk, 'hold')
   local w = redis.call('HMGET', wk, 'nodes', 'pk')
   for node in string.gmatch(w[1] or '', '[^,]+') do
     local f = 's:' .. node
     local n = wf_get(redis.call('HGET', wk, f))
-    if n and n.st == 'waiting' and n.np == 0 then
+    if n and n.st == 'waiting' and wf_decide(n) == 'run' then
       n.st, n.rel = 'released', nowStr
       redis.call('HSET', wk, f, wf_pack(n))
       wf_release(P, wf .. '@' .. node, nowStr, w[2] == '1')
@@ -387,6 +388,8 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
   -- The children to move, in order, and per child how many of its parents ended now, by
   -- how each end counts (wf_category).
   local kids, counts = {}, {}
+  -- Whether the workflow is held, read at the first child whose rule is met.
+  local held = nil
   local n = 0
   for k = 1, #ends, 4 do
     local node, st, result, att = ends[k], ends[k + 1], ends[k + 2], ends[k + 3]
@@ -442,10 +445,16 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
         np, ok = wf_num(np), wf_num(ok) + t.ok
         cbad, skip = wf_num(cbad) + t.bad, wf_num(skip) + t.skip
         local d = wf_decide_by(rule, np, ok, cbad, skip)
+        if d == 'run' and held == nil then
+          -- A held instance (overlap buffer_one; only an instance of a definition, whose
+          -- id has an '@', can be) runs no node: one whose rule is met waits, and is
+          -- released when the instance starts (wf_hold_release).
+          held = string.find(wf, '@', 1, true) ~= nil and redis.call('HGET', wk, 'hold') == '1'
+        end
         local counted = rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
           wf_int(skip) .. '|'
         local state
-        if not d then
+        if not d or (d == 'run' and held) then
           state = 'waiting|' .. counted .. relAt .. '|' .. en .. '|' .. att
         elseif d == 'run' then
           state = 'released|' .. counted .. nowStr .. '|' .. en .. '|' .. att
