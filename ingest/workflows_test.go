@@ -725,3 +725,24 @@ func (m *workflowRecorder) all() map[string]int {
 func (m *workflowRecorder) count(k string) int { return m.all()[k] }
 
 var _ ingest.WorkflowMetrics = (*workflowRecorder)(nil)
+
+// The same graph sent again with its nodes, or a node's parents, in another order is the
+// same definition (200), not a 409 that names no node: a client that builds the list from
+// a map sends another order each time it retries.
+func TestWorkflows_CreateSameGraphOtherOrder(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, ingest.Config{})
+	tb.do("POST", "/v1/workflows", []byte(`{"id":"o","jobs":[{"id":"a","type":"t"},{"id":"b","type":"u"},
+		{"id":"c","type":"t","depends_on":["a","b"]}]}`)).requireStatus(t, 201)
+	for _, body := range []string{
+		`{"id":"o","jobs":[{"id":"a","type":"t"},{"id":"b","type":"u"},{"id":"c","type":"t","depends_on":["b","a"]}]}`,
+		`{"id":"o","jobs":[{"id":"b","type":"u"},{"id":"a","type":"t"},{"id":"c","type":"t","depends_on":["a","b"]}]}`,
+		`{"id":"o","jobs":[{"id":"c","type":"t","depends_on":["b","a"]},{"id":"b","type":"u"},{"id":"a","type":"t"}]}`,
+	} {
+		tb.do("POST", "/v1/workflows", []byte(body)).requireStatus(t, 200)
+	}
+	e := tb.do("POST", "/v1/workflows", []byte(`{"id":"o","jobs":[{"id":"b","type":"t"},{"id":"a","type":"t"},
+		{"id":"c","type":"t","depends_on":["a","b"]}]}`)).requireError(t, 409, ingest.CodeConflict, "id")
+	require.Contains(t, e.Message, `nodes "b" (its type)`)
+	require.Equal(t, []string{"a", "b"}, tb.getWorkflow(t, "o").Nodes[2].DependsOn, "the stored workflow is as first sent")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,7 +128,10 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 	id := s.ShardOf(w.ID)
 	res := WorkflowResult{ID: w.ID, Shard: id}
 	children := w.Children()
-	h := xxhash.New()
+	// The definition hash is the graph's, whatever order its nodes and each node's
+	// parents were given in: each node's line (its id first) with its parents sorted,
+	// the lines sorted.
+	lines := make([]string, len(w.Jobs))
 	args := []string{s.keys.Prefix(id), w.ID, "", def, string(overlap), s.cfg.packArg(), strconv.Itoa(len(w.Jobs))}
 	for i := range w.Jobs {
 		n := &w.Jobs[i]
@@ -138,10 +142,13 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 		parents := strings.Join(n.DependsOn, ",")
 		args = append(args, n.ID, string(n.Rule), parents, strings.Join(children[n.ID], ","), e.dh, strconv.Itoa(len(e.def)/2))
 		args = append(args, e.def...)
-		for _, f := range []string{n.ID, string(n.Rule), parents, e.dh} {
-			_, _ = h.WriteString(f)
-			_, _ = h.Write([]byte{0})
-		}
+		sorted := slices.Sorted(slices.Values(n.DependsOn))
+		lines[i] = n.ID + "\x00" + string(n.Rule) + "\x00" + strings.Join(sorted, ",") + "\x00" + e.dh + "\x00"
+	}
+	slices.Sort(lines)
+	h := xxhash.New()
+	for _, l := range lines {
+		_, _ = h.WriteString(l)
 	}
 	dh := strconv.FormatUint(h.Sum64(), 36)
 	args[2] = dh
