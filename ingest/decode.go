@@ -58,7 +58,7 @@ func jsonError(err error, body []byte, t reflect.Type) *apiError {
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return invalid("", "malformed JSON: unexpected end of input")
 	case errors.As(err, &te):
-		field := te.Field
+		field := valuePath(body, te.Offset, te.Field)
 		want := jsonTypeName(te.Type)
 		msg := "must be " + want + ", got " + te.Value
 		if field == "" {
@@ -74,6 +74,89 @@ func jsonError(err error, body []byte, t reflect.Type) *apiError {
 		return invalid(field, "unknown field")
 	}
 	return invalid("", "malformed JSON: "+err.Error())
+}
+
+// valuePath returns the JSON path, array indexes included ("jobs[2].priority"), of the
+// value of body that ends at, or opened just before, byte offset off, where
+// encoding/json reports a value of the wrong type; field is the path it names, without
+// indexes ("jobs.priority"), returned as it is when the value found is not under it.
+// It only runs on the error path.
+func valuePath(body []byte, off int64, field string) string {
+	type open struct {
+		path  string
+		start int64
+		array bool
+		n     int    // an array's elements so far
+		key   string // an object's key of the value that follows, when keyed
+		keyed bool
+	}
+	var stack []open
+	next := func() string { // the path of the value that follows
+		if len(stack) == 0 {
+			return ""
+		}
+		o := &stack[len(stack)-1]
+		if o.array {
+			return o.path + "[" + strconv.Itoa(o.n) + "]"
+		}
+		if o.path == "" {
+			return o.key
+		}
+		return o.path + "." + o.key
+	}
+	ended := func() { // a value of the innermost container ended
+		if len(stack) == 0 {
+			return
+		}
+		if o := &stack[len(stack)-1]; o.array {
+			o.n++
+		} else {
+			o.keyed = false
+		}
+	}
+	under := func(p string) bool {
+		var b strings.Builder
+		for i := 0; i < len(p); i++ {
+			if p[i] == '[' {
+				i += strings.IndexByte(p[i:], ']')
+				continue
+			}
+			b.WriteByte(p[i])
+		}
+		s := b.String()
+		return len(s) >= len(field) && strings.EqualFold(s[:len(field)], field) && (len(s) == len(field) || s[len(field)] == '.')
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return field
+		}
+		if o := len(stack) - 1; o >= 0 && !stack[o].array && !stack[o].keyed {
+			if k, ok := tok.(string); ok {
+				stack[o].key, stack[o].keyed = k, true
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			stack = append(stack, open{path: next(), start: start, array: tok == json.Delim('[')})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			o := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if o.start < off && off <= dec.InputOffset() && under(o.path) {
+				return o.path
+			}
+		default:
+			if p := next(); start < off && off <= dec.InputOffset() && under(p) {
+				return p
+			}
+		}
+		ended()
+	}
 }
 
 func jsonTypeName(t reflect.Type) string {

@@ -202,6 +202,8 @@ func FuzzDecodeWorkflow(f *testing.F) {
 		`{"jobs":[{"id":"a","target":{"url":"https://example.com/h","timeout":"2s"}}]}`,
 		`{"jobs":[{"id":"a","type":"t","schedule":{"now":true}}]}`,
 		`{"jobs":[{"id":"a","type":"t","shedule":{}}]}`,
+		`{"jobs":[{"id":"a","type":"t"},{"id":"b","type":"t","priority":"x","depends_on":["a",1]}]}`,
+		`{"jobs":[{"id":"a","type":"t"},"b"]}`,
 		`{"jobs":[]}`, `{"jobs":null}`, `[`, `null`, ``,
 	} {
 		f.Add([]byte(s))

@@ -35,6 +35,7 @@ func TestServer_CreateErrors(t *testing.T) {
 		{"WrongType", `{"type":5,"schedule":{"now":true}}`, 400, ingest.CodeInvalid, "type"},
 		{"WrongTypeNested", `{"type":"t","schedule":{"now":"yes"}}`, 400, ingest.CodeInvalid, "schedule.now"},
 		{"WrongTypeRetry", `{` + ok + `,"retry":{"max_attempts":"3"}}`, 400, ingest.CodeInvalid, "retry.max_attempts"},
+		{"WrongTypeTarget", `{"target":{"url":"https://example.com","headers":{"X-A":"1","X-B":2}},"schedule":{"now":true}}`, 400, ingest.CodeInvalid, "target.headers.X-B"},
 		{"BadCron", `{"type":"t","schedule":{"cron":"61 * * * *"}}`, 400, ingest.CodeInvalid, "schedule.cron"},
 		{"BadZone", `{"type":"t","schedule":{"cron":"0 9 * * *","timezone":"Mars/Olympus"}}`, 400, ingest.CodeInvalid, "schedule.timezone"},
 		{"ZoneWithoutCron", `{"type":"t","schedule":{"now":true,"timezone":"UTC"}}`, 400, ingest.CodeInvalid, "schedule.timezone"},
