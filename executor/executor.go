@@ -9,7 +9,8 @@
 // (default that one). Keep push jobs out of queues that other workers serve.
 //
 // Outcomes: a 2xx response acks the run, its body (at most Config.MaxResult bytes)
-// becoming the run's result; a 429 or 503 with Retry-After snoozes the run for that long
+// becoming the run's result (a workflow node's longer body fails the attempt: its
+// children would read a part as all of it); a 429 or 503 with Retry-After snoozes the run for that long
 // without using an attempt; any other response (3xx included: redirects are not
 // followed), a timeout or a connection error fails the attempt under the job's retry
 // policy.
@@ -77,8 +78,9 @@ type Config struct {
 	PerHost int
 	// HostBusyDelay is the snooze of a run whose host has no free slot. Default 1s.
 	HostBusyDelay time.Duration
-	// MaxResult bounds the part of a 2xx response's body kept as the run's result.
-	// Default 64 KiB, at most shard.MaxResult.
+	// MaxResult bounds the part of a 2xx response's body kept as the run's result; a
+	// workflow node's run whose body is longer fails its attempt. Default 64 KiB, at
+	// most shard.MaxResult.
 	MaxResult int
 	// Breaker configures the per-host circuit breakers. Its zero value means the
 	// defaults (on).
@@ -358,6 +360,14 @@ func (e *Executor) deliver(ctx context.Context, r *worker.Run) error {
 	}
 	switch st := res.status; {
 	case st >= 200 && st < 300:
+		if len(res.body) > e.cfg.MaxResult {
+			// A workflow node's result is its children's input: none rather than a part.
+			if _, _, node := r.Workflow(); node {
+				return fmt.Errorf("%s %s: HTTP %d: the response body, a workflow node's result, is over the limit of %d bytes",
+					tg.Method, u.Host, st, e.cfg.MaxResult)
+			}
+			res.body = res.body[:e.cfg.MaxResult]
+		}
 		if len(res.body) > 0 {
 			r.SetResult(res.body)
 		}
@@ -439,7 +449,8 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	defer resp.Body.Close()
 	res := &response{status: resp.StatusCode, retryAfter: -1}
 	if resp.ContentLength != 0 {
-		res.body, err = io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.MaxResult)))
+		// One byte more than a result may have tells a body over the limit.
+		res.body, err = io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.MaxResult)+1))
 		if err != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			return nil, fmt.Errorf("%s %s: read the response: %w", tg.Method, u.Host, err)
 		}

@@ -407,3 +407,40 @@ func TestExecutor_WorkflowNodeCarriesParentResults(t *testing.T) {
 		require.Equal(t, "big", join.Get("Tock-Parent-Results-Omitted"))
 	})
 }
+
+// A workflow node's result is what its children read: a 2xx body over MaxResult fails the
+// attempt, saying so, as a worker's result over the limit does, rather than passing on
+// its first MaxResult bytes as if they were all of it.
+func TestExecutor_WorkflowNodeResultOverLimit(t *testing.T) {
+	t.Parallel()
+	m, _ := redistest.Mini(t)
+	b := redistest.Backend{Name: redistest.Miniredis, Addrs: []string{m.Addr()}, Mini: m}
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/fits":
+			_, _ = w.Write([]byte(`{"rows":[1,2,3]}`)) // 16 bytes
+		case "/big":
+			_, _ = w.Write([]byte(`{"rows":[1,2,3,4]}`)) // 18 bytes
+		}
+	}))
+	defer sink.Close()
+	tb := setup(t, b, executor.Config{MaxResult: 16, Breaker: executor.BreakerConfig{Disabled: true}})
+	one := job.RetryPolicy{MaxAttempts: 1}
+	push := func(id, path string, deps ...string) job.Node {
+		return job.Node{Job: job.Job{ID: id, Target: &job.Target{URL: sink.URL + path}, Retry: one}, DependsOn: deps}
+	}
+	ctx := context.Background()
+	_, err := tb.store.CreateWorkflow(ctx, &job.Workflow{ID: "flow", Jobs: []job.Node{push("fits", "/fits"), push("big", "/big")}})
+	require.NoError(t, err)
+	r := tb.waitRun(t, "flow@big", job.OutcomeSucceeded, job.OutcomeDead)
+	require.Equal(t, job.OutcomeDead, r.Outcome)
+	require.Contains(t, r.Error, "over the limit of 16 bytes")
+	_, ok, err := tb.store.NodeResult(ctx, "flow", "big")
+	require.NoError(t, err)
+	require.False(t, ok, "no truncated result")
+	tb.waitRun(t, "flow@fits", job.OutcomeSucceeded)
+	res, ok, err := tb.store.NodeResult(ctx, "flow", "fits")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, `{"rows":[1,2,3]}`, string(res))
+}
