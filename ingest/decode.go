@@ -48,6 +48,20 @@ func decodeJSON(body []byte, v any) *apiError {
 	return nil
 }
 
+// DecodeRequest decodes body, a request's JSON, into v (a *WorkflowRequest, a
+// *JobRequest...) as the server does: unknown fields and trailing data are refused, and
+// the error names the field at fault with its array indexes, "jobs[2].priority: must be
+// an integer, got string". It lets a client check a request before sending it.
+func DecodeRequest(body []byte, v any) error {
+	if aerr := decodeJSON(body, v); aerr != nil {
+		if aerr.field == "" {
+			return errors.New(aerr.msg)
+		}
+		return errors.New(aerr.field + ": " + aerr.msg)
+	}
+	return nil
+}
+
 // jsonError converts an encoding/json error into a 400 naming the field.
 func jsonError(err error, body []byte, t reflect.Type) *apiError {
 	var se *json.SyntaxError

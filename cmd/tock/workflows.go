@@ -157,7 +157,7 @@ func (a *apiCmd) workflowsCreate(ctx context.Context, args []string) error {
 		return fmt.Errorf("workflows create: --file: %w", err)
 	}
 	var req ingest.WorkflowRequest
-	if err := strictUnmarshal(b, &req); err != nil {
+	if err := ingest.DecodeRequest(b, &req); err != nil {
 		return fmt.Errorf("workflows create: --file %s: %w", file, err)
 	}
 	w, created, err := a.client.CreateWorkflow(ctx, req, key)

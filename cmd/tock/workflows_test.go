@@ -62,7 +62,7 @@ func TestWorkflows_CLI(t *testing.T) {
 	r = b.run(t, `{"jobs":[{"id":"a","type":"t","depends_on":["b"]}]}`, "workflows", "create", "--file", "-")
 	require.ErrorContains(t, r.err, "jobs[0].depends_on")
 	r = b.run(t, `{"jobs":[{"id":"a","typo":"t"}]}`, "workflows", "create", "--file", "-")
-	require.ErrorContains(t, r.err, `unknown field "typo"`)
+	require.ErrorContains(t, r.err, `jobs[0].typo: unknown field`)
 	r = b.run(t, "", "workflows", "create")
 	var ue *usageError
 	require.ErrorAs(t, r.err, &ue)
@@ -160,4 +160,19 @@ func TestWorkflows_CLIPrefix(t *testing.T) {
 	r = b.run(t, "", "workflows", "ls", "--prefix", "nightly@x")
 	require.ErrorContains(t, r.err, "400 invalid_argument: prefix: ")
 	require.ErrorContains(t, r.err, `"nightly@x": after '@' an instance's id has only digits`)
+}
+
+// A file the CLI cannot decode names the node at fault, as the API would: in a file of
+// many nodes, "json: unknown field" alone does not say where.
+func TestWorkflows_CLICreateBadFileNamesTheNode(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t)
+	for body, want := range map[string]string{
+		`{"jobs":[{"id":"a","type":"t"},{"id":"b","type":"t","shedule":{}}]}`:     `jobs[1].shedule: unknown field`,
+		`{"jobs":[{"id":"a","type":"t"},{"id":"b","type":"t","priority":"x"}]}`:   `jobs[1].priority: must be an integer, got string`,
+		`{"jobs":[{"id":"a","type":"t"},{"id":"b","type":"t","depends_on":"a"}]}`: `jobs[1].depends_on: must be an array, got string`,
+	} {
+		r := b.run(t, body, "workflows", "create", "--file", "-")
+		require.ErrorContains(t, r.err, want)
+	}
 }
