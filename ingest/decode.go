@@ -137,7 +137,8 @@ func valuePath(body []byte, off int64, field string) string {
 			}
 			b.WriteByte(p[i])
 		}
-		s := b.String()
+		// A top-level array's item has no field name before its index ("[1].priority").
+		s := strings.TrimPrefix(b.String(), ".")
 		return len(s) >= len(field) && strings.EqualFold(s[:len(field)], field) && (len(s) == len(field) || s[len(field)] == '.')
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

@@ -231,3 +231,15 @@ func FuzzDecodeWorkflow(f *testing.F) {
 		require.Regexp(t, `^(id|jobs|jobs\[\d+\]\..+|schedule(\..+)?|overlap|misfire|misfire_after)$`, fe.Field)
 	})
 }
+
+// DecodeRequest names a field as the server does, with the index of a top-level array's
+// item (tock jobs create --file with a batch).
+func TestDecodeRequest_NamesTheItem(t *testing.T) {
+	var reqs []JobRequest
+	err := DecodeRequest([]byte(`[{"type":"t"},{"type":"t","priority":"high"}]`), &reqs)
+	require.EqualError(t, err, "[1].priority: must be an integer, got string")
+	var req WorkflowRequest
+	err = DecodeRequest([]byte(`{"jobs":[{"id":"a"},{"id":"b","depends_on":["a",1]}]}`), &req)
+	require.ErrorContains(t, err, "jobs[1].depends_on[1]: must be")
+	require.EqualError(t, DecodeRequest([]byte(`{"jobs":[],"x":1}`), &req), "x: unknown field")
+}

@@ -600,30 +600,16 @@ func (a *apiCmd) createFromFile(ctx context.Context, name, key string) error {
 			return a.usageErrorf("--idempotency-key applies to one job, not a batch (give each job an id)")
 		}
 		var reqs []ingest.JobRequest
-		if err := strictUnmarshal(b, &reqs); err != nil {
+		if err := ingest.DecodeRequest(b, &reqs); err != nil {
 			return fmt.Errorf("jobs create: --file %s: %w", name, err)
 		}
 		return a.createBatch(ctx, reqs)
 	}
 	var req ingest.JobRequest
-	if err := strictUnmarshal(b, &req); err != nil {
+	if err := ingest.DecodeRequest(b, &req); err != nil {
 		return fmt.Errorf("jobs create: --file %s: %w", name, err)
 	}
 	return a.createOne(ctx, req, key)
-}
-
-// strictUnmarshal decodes one JSON value and refuses unknown fields (a typo such as
-// "shedule" is an error here rather than a job without a schedule at the server).
-func strictUnmarshal(b []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return err
-	}
-	if d.More() {
-		return errors.New("more than one JSON value (use an array for a batch)")
-	}
-	return nil
 }
 
 func (a *apiCmd) createBatch(ctx context.Context, reqs []ingest.JobRequest) error {

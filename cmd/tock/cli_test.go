@@ -218,9 +218,12 @@ func TestJobs_CreateFromFile(t *testing.T) {
 	br := decodeJSON[ingest.BatchReply](t, r.out)
 	require.Equal(t, 1, br.Existing)
 
-	// A typo is caught before sending.
+	// A typo is caught before sending, named as the server names it (with the index of
+	// the batch's item).
 	r = b.run(t, `{"type":"t","shedule":{"now":true}}`, "jobs", "create", "--file", "-")
-	require.ErrorContains(t, r.err, `unknown field "shedule"`)
+	require.ErrorContains(t, r.err, `shedule: unknown field`)
+	r = b.run(t, `[{"type":"t"},{"type":"t","priority":"high"}]`, "jobs", "create", "--file", "-")
+	require.ErrorContains(t, r.err, `[1].priority: must be`)
 	// --file excludes the job flags.
 	r = b.run(t, `{}`, "jobs", "create", "--file", "-", "--type", "x")
 	require.ErrorContains(t, r.err, "--file excludes --type")
