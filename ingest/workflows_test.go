@@ -115,7 +115,7 @@ func TestWorkflows_CreateGetRetry(t *testing.T) {
 		w = tb.getWorkflow(t, "etl-1")
 		require.Equal(t, "failed", w.State)
 		require.NotNil(t, w.EndedAt)
-		require.NotNil(t, w.ExpiresAt)
+		require.Nil(t, w.ExpiresAt, "kept while transform's run is dead")
 		require.Equal(t, map[string]string{"extract": "succeeded", "transform": "failed", "load": "upstream_failed", "alert": "succeeded"}, nodeStates(w))
 		require.Equal(t, 1, w.Nodes[0].Attempts)
 		require.NotNil(t, w.Nodes[0].ReleasedAt)

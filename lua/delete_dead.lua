@@ -6,10 +6,10 @@
 -- ARGV[2] member     string  the dead run, `<job id>:<due ms>`
 -- ARGV[3] retention  ms      how long finished one-time jobs are kept
 --
--- Derived keys: P..'job:'..id, P..'stats'
+-- Derived keys: P..'job:'..id, P..'stats', P..'wf:'..wf (a node's job's workflow)
 --
 -- Returns: 1 removed, -1 no such dead run
---- @include "common"
+--- @include "workflow"
 
 local deadKey = KEYS[1]
 local P = ARGV[1]
@@ -33,5 +33,7 @@ if run_get(j[4]).st == 'dead' then
 end
 if field(j[2], 'at') == 'at' and j[1] == 'dead' then
   redis.call('PEXPIRE', jobKey, retention)
+  -- A workflow node's: its workflow stays at least as long (include workflow).
+  wf_dead_deleted(P, id, retention)
 end
 return 1

@@ -1633,3 +1633,59 @@ func TestWorkflow_HeldInstanceRunsNoNodeUntilItStarts(t *testing.T) {
 			nodeStates(w))
 	})
 }
+
+// A failed workflow's hash stays while a node's dead run does (a dead job has no expiry:
+// the dead-letter set is the user's to clear), so "retry the workflow", which a requeue
+// of the node's run says to do, still finds it; deleting the dead run gives the job its
+// retention and the workflow at least as much. Before, the workflow hash expired after
+// its retention and left the dead node's job, whose requeue named a workflow that was
+// gone.
+func TestWorkflow_HashStaysWhileANodesRunIsDead(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
+		c := b.Client(t)
+		ttl := func(key string) int64 {
+			v, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+			require.NoError(t, err)
+			return v
+		}
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "dn", Jobs: []job.Node{node("a"), node("x"), node("b", "a")}})
+		require.NoError(t, err)
+		r := &wfRunner{t: t, s: s, wf: "dn", outcome: func(n string) shard.Outcome {
+			if n == "a" || n == "x" {
+				return shard.Failed
+			}
+			return shard.Succeeded
+		}}
+		require.Equal(t, job.WorkflowFailed, r.run(ctx).State)
+		wk := s.Keys().Workflow(0, "dn")
+		require.Equal(t, int64(-1), ttl(wk), "no expiry while a node's run is dead")
+
+		var ne *shard.NodeError
+		require.ErrorAs(t, s.RequeueDead(ctx, deadMember(t, s, "dn@a")), &ne)
+		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "dn@a")))
+		require.Equal(t, int64(-1), ttl(wk), "x's run is still dead")
+		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "dn@x")))
+		jobTTL, wfTTL := ttl(s.Keys().Job(0, "dn@x")), ttl(wk)
+		require.Positive(t, jobTTL)
+		require.GreaterOrEqual(t, wfTTL, jobTTL, "the workflow outlives its nodes' jobs")
+		w, err := s.Workflow(ctx, "dn")
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowFailed, w.State)
+	})
+}
+
+// deadMember returns the member of job id's run in the dead-letter set.
+func deadMember(t *testing.T, s *shard.Store, id string) string {
+	t.Helper()
+	runs, _, err := s.Dead(context.Background(), "", 100, "")
+	require.NoError(t, err)
+	for _, r := range runs {
+		if r.JobID == id {
+			return r.Member
+		}
+	}
+	t.Fatalf("no dead run of %s", id)
+	return ""
+}

@@ -155,6 +155,10 @@ func TestExportRestore_Workflow(t *testing.T) {
 		require.Equal(t, job.WorkflowFailed, end.State, "f failed")
 		require.Equal(t, map[string]job.NodeState{"a": job.NodeSucceeded, "f": job.NodeFailed, "u": job.NodeUpstreamFailed,
 			"r": job.NodeSucceeded, "x": job.NodeSucceeded, "w": job.NodeSucceeded, "z": job.NodeSucceeded}, nodeStates(end))
+		require.True(t, end.Expires.IsZero(), "a failed workflow stays while a node's run is dead")
+		require.NoError(t, dst.DeleteDead(ctx, dead[0].Member))
+		end, err = dst.Workflow(ctx, "etl")
+		require.NoError(t, err)
 		require.False(t, end.Expires.IsZero(), "an ended workflow expires")
 		shardtest.CheckCounts(t, dst)
 

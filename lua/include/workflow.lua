@@ -202,6 +202,53 @@ local function wf_end_job(P, id, why, now, keep, retention)
   redis.call('PEXPIRE', jobKey, retention)
 end
 
+-- wf_hmget reads fields of hash key at once (in chunks: Lua's stack holds some thousands
+-- of values).
+local function wf_hmget(key, fields)
+  if #fields == 0 then
+    return {}
+  elseif #fields <= 1000 then
+    return redis.call('HMGET', key, unpack(fields))
+  end
+  local out = {}
+  for k = 1, #fields, 1000 do
+    local got = redis.call('HMGET', key, unpack(fields, k, math.min(k + 999, #fields)))
+    for g = 1, #got do
+      out[k + g - 1] = got[g]
+    end
+  end
+  return out
+end
+
+-- wf_hset writes the field/value pairs of list kv to hash key (in chunks, as wf_hmget).
+local function wf_hset(key, kv)
+  for k = 1, #kv, 2000 do
+    redis.call('HSET', key, unpack(kv, k, math.min(k + 1999, #kv)))
+  end
+end
+
+-- wf_dead_node reports whether a node of workflow wf (hash wk) has a run in the
+-- dead-letter set: the node failed and its job is dead without an expiry (deleting the
+-- dead run gives the job one: delete_dead). A dead job never expires by itself: the
+-- dead-letter set is the user's to clear, here by a retry of the workflow or a delete
+-- of the run, so the workflow stays as long (wf_finished, wf_dead_deleted).
+local function wf_dead_node(P, wk, wf)
+  local names, fields = {}, {}
+  for node in string.gmatch(redis.call('HGET', wk, 'nodes') or '', '[^,]+') do
+    names[#names + 1], fields[#fields + 1] = node, 's:' .. node
+  end
+  local states = wf_hmget(wk, fields)
+  for k, node in ipairs(names) do
+    if string.sub(states[k] or '', 1, 7) == 'failed|' then
+      local jobKey = P .. 'job:' .. wf .. '@' .. node
+      if redis.call('HGET', jobKey, 'st') == 'dead' and redis.call('PTTL', jobKey) == -1 then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 -- wf_outlive keeps the hash of node job id's workflow, once it ended (it has an expiry
 -- then), until at least its job expires, which is retention from now: the job of a node
 -- whose run was cancelled while it ran (cancel_workflow, cancel_job) is given its expiry
@@ -215,6 +262,23 @@ local function wf_outlive(P, id, retention)
   local wk = P .. 'wf:' .. wf
   local ttl = redis.call('PTTL', wk)
   if ttl >= 0 and ttl < tonumber(retention) then
+    redis.call('PEXPIRE', wk, retention)
+  end
+end
+
+-- wf_dead_deleted follows a delete of node job id's dead run (delete_dead), which gives
+-- the job its expiry, retention from now: its workflow, once it ended, expires no
+-- earlier, and kept without an expiry while a node's run was dead (wf_finished), expires
+-- then unless another node's run still is.
+local function wf_dead_deleted(P, id, retention)
+  local wf = wf_split(id)
+  if not wf then
+    return
+  end
+  local wk = P .. 'wf:' .. wf
+  if redis.call('PTTL', wk) ~= -1 then
+    wf_outlive(P, id, retention)
+  elseif redis.call('HGET', wk, 'en') and not wf_dead_node(P, wk, wf) then
     redis.call('PEXPIRE', wk, retention)
   end
 end
@@ -277,7 +341,10 @@ local function wf_finished(P, wk, wf, now, nowStr, retention, st)
     st = wf_end_state(w[1], tonumber(w[2]) or 0)
     redis.call('HSET', wk, 'st', st, 'en', nowStr)
   end
-  redis.call('PEXPIRE', wk, retention)
+  -- A failed workflow whose node's run is dead stays while it is (wf_dead_node).
+  if st ~= 'failed' or not wf_dead_node(P, wk, wf) then
+    redis.call('PEXPIRE', wk, retention)
+  end
   -- P..'stats' 'w:<state>': workflows ended (shard.Store.WorkflowCounts).
   stat('w', st, 1)
   local def = string.match(wf, '^([^@]+)@')
@@ -296,31 +363,6 @@ local function wf_finished(P, wk, wf, now, nowStr, retention, st)
       bf = ''
     end
     wf_definition_set(dk, act, bf)
-  end
-end
-
--- wf_hmget reads fields of hash key at once (in chunks: Lua's stack holds some thousands
--- of values).
-local function wf_hmget(key, fields)
-  if #fields == 0 then
-    return {}
-  elseif #fields <= 1000 then
-    return redis.call('HMGET', key, unpack(fields))
-  end
-  local out = {}
-  for k = 1, #fields, 1000 do
-    local got = redis.call('HMGET', key, unpack(fields, k, math.min(k + 999, #fields)))
-    for g = 1, #got do
-      out[k + g - 1] = got[g]
-    end
-  end
-  return out
-end
-
--- wf_hset writes the field/value pairs of list kv to hash key (in chunks, as wf_hmget).
-local function wf_hset(key, kv)
-  for k = 1, #kv, 2000 do
-    redis.call('HSET', key, unpack(kv, k, math.min(k + 1999, #kv)))
   end
 end
 
