@@ -754,3 +754,23 @@ func TestWorkflows_CreateSameGraphOtherOrder(t *testing.T) {
 	require.Contains(t, e.Message, `nodes "b" (its type)`)
 	require.Equal(t, []string{"a", "b"}, tb.getWorkflow(t, "o").Nodes[2].DependsOn, "the stored workflow is as first sent")
 }
+
+// A scheduled workflow sent again with its nodes or a node's parents in another order
+// is the same definition too (200, the stored one kept); another graph is a conflict.
+func TestWorkflows_CreateSameDefinitionOtherOrder(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, ingest.Config{})
+	sched := `"schedule":{"cron":"0 3 * * *","timezone":"Europe/Paris"}`
+	tb.do("POST", "/v1/workflows", []byte(`{"id":"d",`+sched+`,"jobs":[{"id":"a","type":"t"},{"id":"b","type":"u"},
+		{"id":"c","type":"t","depends_on":["a","b"]}]}`)).requireStatus(t, 201)
+	for _, body := range []string{
+		`{"id":"d",` + sched + `,"jobs":[{"id":"a","type":"t"},{"id":"b","type":"u"},{"id":"c","type":"t","depends_on":["b","a"]}]}`,
+		`{"id":"d",` + sched + `,"jobs":[{"id":"c","type":"t","depends_on":["b","a"]},{"id":"b","type":"u"},{"id":"a","type":"t"}]}`,
+	} {
+		tb.do("POST", "/v1/workflows", []byte(body)).requireStatus(t, 200)
+	}
+	tb.do("POST", "/v1/workflows", []byte(`{"id":"d",`+sched+`,"jobs":[{"id":"b","type":"t"},{"id":"a","type":"t"},
+		{"id":"c","type":"t","depends_on":["a","b"]}]}`)).requireError(t, 409, ingest.CodeConflict, "id")
+	tb.do("POST", "/v1/workflows", []byte(`{"id":"d","schedule":{"cron":"0 4 * * *","timezone":"Europe/Paris"},
+		"jobs":[{"id":"a","type":"t"},{"id":"b","type":"u"},{"id":"c","type":"t","depends_on":["a","b"]}]}`)).requireError(t, 409, ingest.CodeConflict, "id")
+}

@@ -91,7 +91,40 @@ func (s *Store) createDefinition(ctx context.Context, w *job.Workflow) (Workflow
 		err = r.Err
 	}
 	res := WorkflowResult{ID: w.ID, Shard: r.Shard, State: job.WorkflowScheduled, Created: r.Created, Conflict: r.Conflict}
+	if err == nil && r.Conflict && s.sameDefinition(ctx, w) {
+		// The same graph sent in another order: the stored definition stands.
+		res.Conflict = false
+	}
 	return res, err
+}
+
+// sameDefinition reports whether the scheduled workflow stored under w's id is w (both
+// normalised), whatever the order of its nodes and of each node's parents: the job that
+// stores it holds them in the order first sent, and compares its payload as bytes.
+func (s *Store) sameDefinition(ctx context.Context, w *job.Workflow) bool {
+	info, err := s.Get(ctx, w.ID)
+	if err != nil || info.Type != job.WorkflowType {
+		return false
+	}
+	var stored job.Workflow
+	if json.Unmarshal(info.Payload, &stored) != nil {
+		return false
+	}
+	a, errA := json.Marshal(canonicalWorkflow(w))
+	b, errB := json.Marshal(canonicalWorkflow(&stored))
+	return errA == nil && errB == nil && string(a) == string(b)
+}
+
+// canonicalWorkflow returns a copy of w with its nodes sorted by id and each node's
+// parents sorted.
+func canonicalWorkflow(w *job.Workflow) *job.Workflow {
+	c := *w
+	c.Jobs = slices.Clone(w.Jobs)
+	for i := range c.Jobs {
+		c.Jobs[i].DependsOn = slices.Sorted(slices.Values(c.Jobs[i].DependsOn))
+	}
+	slices.SortFunc(c.Jobs, func(a, b job.Node) int { return strings.Compare(a.ID, b.ID) })
+	return &c
 }
 
 // StartInstance creates the instance of scheduled workflow def (its definition job's
