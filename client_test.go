@@ -86,6 +86,8 @@ func TestClient_Workflows(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Created)
 		require.Equal(t, before, *w, "CreateWorkflow must not change the caller's workflow")
+		_, err = tb.client.CreateWorkflow(ctx, nil)
+		require.EqualError(t, err, "create workflow: no workflow (nil)")
 		again, err := tb.client.CreateWorkflow(ctx, w)
 		require.NoError(t, err)
 		require.False(t, again.Created)

@@ -59,6 +59,9 @@ type WorkflowResult struct {
 // (a scheduled definition for a workflow without a schedule, or the other way round) is
 // ErrWorkflowIDTaken, checked in the script that would store it.
 func (s *Store) CreateWorkflow(ctx context.Context, w *job.Workflow) (WorkflowResult, error) {
+	if w == nil {
+		return WorkflowResult{}, errors.New("create workflow: no workflow (nil)")
+	}
 	if err := w.Normalize(s.cfg.MaxNodes, s.cfg.MaxPayload); err != nil {
 		return WorkflowResult{ID: w.ID}, err
 	}
