@@ -79,7 +79,7 @@ local names = {}
 -- The workflow hash's node fields, written at once after the loop, after the counts
 -- every node's end reads (a small hash is a list searched from its start), and then the
 -- parents, which only readers and retries read.
-local writes = { 'left', n, 'bad', '0', 'pk', pack and '1' or '0' }
+local writes = { 'left', n, 'bad', '0' }
 local parentFields = {}
 local i = 8
 for c = 1, n do

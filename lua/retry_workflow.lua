@@ -40,7 +40,7 @@ local keep = tonumber(ARGV[3])
 local retention = tonumber(ARGV[4])
 
 local wk = P .. 'wf:' .. wf
-local w = redis.call('HMGET', wk, 'st', 'nodes', 'pk')
+local w = redis.call('HMGET', wk, 'st', 'nodes')
 if not w[1] then
   return { -1, '', {} }
 end
@@ -63,7 +63,6 @@ if def then
   end
 end
 local now, _, nowStr = now_ms()
-local pack = w[3] == '1'
 local reset, nodes, states = {}, {}, {}
 for node in string.gmatch(w[2] or '', '[^,]+') do
   local n = wf_get(redis.call('HGET', wk, 's:' .. node))
@@ -152,7 +151,7 @@ for _, node in ipairs(reset) do
     if d == 'run' then
       n.st, n.rel = 'released', nowStr
       redis.call('HSET', wk, f, wf_pack(n))
-      wf_release(P, wf .. '@' .. node, nowStr, pack)
+      wf_release(P, wf .. '@' .. node, nowStr)
     elseif d then
       wf_end_job(P, wf .. '@' .. node, 'skipped: its rule ' .. n.rule .. ' can no longer be met', now, keep, retention)
       wf_mark(P, wk, wf, node, d, now, nowStr, keep, retention, nil)

@@ -12,8 +12,6 @@
 --              upstream_failed
 --     'nodes'  the node ids in submission order, comma separated
 --     'ov'     a scheduled instance's overlap policy (retry_workflow checks it)
---     'pk'     '1' when its nodes' jobs are packed (create_workflow; wf_release), else
---              '0' (or none, in a workflow created before it was always written)
 --     'hold'   '1' while a buffered instance waits for its definition's active one
 --              (overlap buffer_one): its roots are released when that one ends
 --     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
@@ -142,50 +140,32 @@ local function wf_decide(n)
   return wf_decide_by(n.rule, n.np, n.ok, n.bad, n.skip)
 end
 
--- wf_release gives node job id its one run, due now, unless the job is not waiting. With
--- pack (the workflow's 'pk': create_workflow's pack), a node's job waits packed and is
--- given its due time where it is (packed_release); any other (a workflow not packed, a
+-- wf_release_many gives node jobs ids their one run, due now, each unless its job is not
+-- waiting. A node's job waits packed (create_workflow): those are given their due time
+-- where they are, together (packed_release); any other (a workflow not packed, a
 -- priority that is no digit, a retried node with its history) is a job hash, made ready.
-local function wf_release(P, id, nowStr, pack)
-  if pack then
-    local qs, prs = packed_release(P, { id }, nowStr)
-    if qs[1] then
-      new_run(id, nowStr, qs[1], prs[1])
-      return
-    end
-  end
-  local jobKey = P .. 'job:' .. id
-  local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
-  if j[1] ~= 'waiting' then
+local function wf_release_many(P, ids, nowStr)
+  if #ids == 0 then
     return
   end
-  new_run(id, nowStr, j[2], j[3])
-  redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
-end
-
--- wf_release_many is wf_release for node jobs ids; the set unpacked holds those of
--- workflows that are not packed. The packed ones that wait are released together
--- (packed_release), any other alone.
-local function wf_release_many(P, ids, nowStr, unpacked)
-  local packed = {}
-  for _, id in ipairs(ids) do
-    if unpacked[id] then
-      wf_release(P, id, nowStr, false)
-    else
-      packed[#packed + 1] = id
-    end
-  end
-  if #packed == 0 then
-    return
-  end
-  local qs, prs = packed_release(P, packed, nowStr)
-  for k, id in ipairs(packed) do
+  local qs, prs = packed_release(P, ids, nowStr)
+  for k, id in ipairs(ids) do
     if qs[k] then
       new_run(id, nowStr, qs[k], prs[k])
     else
-      wf_release(P, id, nowStr, true)
+      local jobKey = P .. 'job:' .. id
+      local j = redis.call('HMGET', jobKey, 'st', 'q', 'pr')
+      if j[1] == 'waiting' then
+        new_run(id, nowStr, j[2], j[3])
+        redis.call('HSET', jobKey, 'st', 'ready', 'nx', '0', 'rl', ',' .. nowStr .. ',')
+      end
     end
   end
+end
+
+-- wf_release is wf_release_many for one node job.
+local function wf_release(P, id, nowStr)
+  wf_release_many(P, { id }, nowStr)
 end
 
 -- wf_end_job ends a node's job that will not run (still waiting, no run): cancelled,
@@ -297,14 +277,13 @@ end
 -- roots, and any node whose parents ended while it was held (wf_mark_many).
 local function wf_hold_release(P, wk, wf, nowStr)
   redis.call('HDEL', wk, 'hold')
-  local w = redis.call('HMGET', wk, 'nodes', 'pk')
-  for node in string.gmatch(w[1] or '', '[^,]+') do
+  for node in string.gmatch(redis.call('HGET', wk, 'nodes') or '', '[^,]+') do
     local f = 's:' .. node
     local n = wf_get(redis.call('HGET', wk, f))
     if n and n.st == 'waiting' and wf_decide(n) == 'run' then
       n.st, n.rel = 'released', nowStr
       redis.call('HSET', wk, f, wf_pack(n))
-      wf_release(P, wf .. '@' .. node, nowStr, w[2] == '1')
+      wf_release(P, wf .. '@' .. node, nowStr)
     end
   end
 end
@@ -408,9 +387,8 @@ end
 -- all of its parents among them before its rule is applied, which decides as applying it
 -- after each would (the rules are decided the same whatever the order the parents end
 -- in). Returns how many of them ended now. With rel (a list), the jobs of the children
--- to release are added to it, for the caller to release (wf_release_many), and those of
--- a workflow that is not packed also to the set unpacked; without, they are released at
--- once.
+-- to release are added to it, for the caller to release (wf_release_many); without,
+-- they are released at once.
 --
 -- It runs at every node's end, so it makes few calls, however many nodes of a workflow
 -- one call ends (a fan-out's parents acked together): the nodes' states and children
@@ -418,13 +396,12 @@ end
 -- count written in one write at the end (a state changed during the call is read from
 -- what will be written). The workflow's state and failed nodes are read only when it
 -- ends or a node failed (every field read costs as much as a few string operations).
-local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, unpacked)
-  local fields = { 'pk', 'left' }
+local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
+  local fields = { 'left' }
   for k = 1, #ends, 4 do
     fields[#fields + 1], fields[#fields + 2] = 's:' .. ends[k], 'c:' .. ends[k]
   end
   local v = wf_hmget(wk, fields)
-  local pack = v[1] == '1'
   local writes, pending = {}, {} -- field, value, ...; field -> where writes holds its value
   local bad, ended, marked = 0, 0, 0
   -- The children to move, in order, and per child how many of its parents ended now, by
@@ -436,10 +413,10 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
   for k = 1, #ends, 4 do
     local node, st, result, att = ends[k], ends[k + 1], ends[k + 2], ends[k + 3]
     n = n + 1
-    local fs = fields[2 * n + 1]
+    local fs = fields[2 * n]
     local at = pending[fs]
     -- Only the node's own state, its end and its attempts change: the rest is kept as is.
-    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n + 1] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
     if cur == 'waiting' or cur == 'released' then
       wf_write(writes, pending, fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt))
       if result and st == 'succeeded' then
@@ -451,7 +428,7 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
       if cat == 'bad' then
         bad = bad + 1
       end
-      wf_count(kids, counts, v[2 * n + 2] or '', cat)
+      wf_count(kids, counts, v[2 * n + 1] or '', cat)
     end
   end
   -- Level by level: the children counted, then those of the children that ended because
@@ -502,11 +479,8 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
           state = 'released|' .. counted .. nowStr .. '|' .. en .. '|' .. att
           if rel then
             rel[#rel + 1] = wf .. '@' .. child
-            if not pack then
-              unpacked[wf .. '@' .. child] = true
-            end
           else
-            wf_release(P, wf .. '@' .. child, nowStr, pack)
+            wf_release(P, wf .. '@' .. child, nowStr)
           end
         else
           state = d .. '|' .. counted .. relAt .. '|' .. nowStr .. '|' .. att
@@ -528,7 +502,7 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel, 
   if marked == 0 then
     return 0
   end
-  local left = wf_num(v[2]) - ended
+  local left = wf_num(v[1]) - ended
   wf_write(writes, pending, 'left', wf_int(left))
   local w
   if bad > 0 or left <= 0 then
@@ -603,10 +577,10 @@ end
 local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
   local order, by = ends.order, ends.by
   ends.order, ends.by = {}, {}
-  local rel, unpacked, failure = {}, {}, nil
+  local rel, failure = {}, nil
   for _, wf in ipairs(order) do
     local before = #rel
-    local ok, err = pcall(wf_mark_many, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel, unpacked)
+    local ok, err = pcall(wf_mark_many, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
     if not ok then
       for k = #rel, before + 1, -1 do
         rel[k] = nil
@@ -614,7 +588,7 @@ local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
       failure = failure or err
     end
   end
-  wf_release_many(P, rel, nowStr, unpacked)
+  wf_release_many(P, rel, nowStr)
   if failure then
     error(failure, 0)
   end
