@@ -380,6 +380,9 @@ const (
 	read
 	write
 	work // the run endpoints: a worker or write token
+	// readWork: a read, write or worker token. A node's result, which an HTTP worker
+	// reads for a parent its claim left out (parents_omitted).
+	readWork
 )
 
 func (s *Server) buildRoutes() [numRoutes][]endpoint {
@@ -433,7 +436,7 @@ func (s *Server) buildRoutes() [numRoutes][]endpoint {
 	add(rWorkflowResume, "POST", write, s.resumeWorkflow)
 	add(rWorkflowTrigger, "POST", write, s.triggerWorkflow)
 	add(rWorkflowDelete, "POST", write, s.deleteWorkflow)
-	add(rWorkflowResult, "GET", read, s.workflowResult)
+	add(rWorkflowResult, "GET", readWork, s.workflowResult)
 	return rs
 }
 
@@ -604,17 +607,18 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, a access) bool {
 }
 
 // scopeError is the 403 of a token of scope on an endpoint of access a; nil when
-// allowed. Write may do everything; read only read; worker only the run endpoints.
+// allowed. Write may do everything; read only read; worker only the run endpoints and
+// nodes' results.
 func scopeError(scope Scope, a access) *apiError {
 	switch {
 	case scope == ScopeWrite || a == public:
 		return nil
 	case scope == ScopeWorker:
-		if a == work {
+		if a == work || a == readWork {
 			return nil
 		}
-		return &apiError{status: 403, code: CodeForbidden, msg: "this token may only claim and report runs (/v1/runs)"}
-	case a == read:
+		return &apiError{status: 403, code: CodeForbidden, msg: "this token may only claim and report runs (/v1/runs) and read workflow nodes' results"}
+	case a == read || a == readWork:
 		return nil
 	case a == work:
 		return &apiError{status: 403, code: CodeForbidden, msg: "this token may only read: the run endpoints need a worker or write token"}

@@ -401,5 +401,9 @@ func TestRuns_ClaimCarriesParentResults(t *testing.T) {
 		big, err := wc.NodeResult(ctx, "wf", "big")
 		require.NoError(t, err)
 		require.Len(t, big, ingest.MaxParentResults)
+		// The worker reads it as the claim says, with its own (worker) token.
+		big, err = w.NodeResult(ctx, "wf", "big")
+		require.NoError(t, err, "a worker token reads an omitted parent's result")
+		require.Len(t, big, ingest.MaxParentResults)
 	})
 }

@@ -328,7 +328,7 @@ var settings = []*setting{
 			return checkAddr(v, 0)
 		}},
 	{flag: "token", env: "TOCK_TOKENS", key: "tokens", arg: "secret:scope", cmds: cmdServer | cmdIngest, list: true, secret: true,
-		help: "a bearer token the API accepts: a secret of at least 16 characters, a colon, and the scope read, write or worker (worker: only the run endpoints /v1/runs…); " +
+		help: "a bearer token the API accepts: a secret of at least 16 characters, a colon, and the scope read, write or worker (worker: only the run endpoints /v1/runs… and workflow nodes' results); " +
 			"repeat the flag, or separate tokens with commas. None: no authentication (meant for loopback addresses)",
 		parse: func(c *config, v string) error {
 			t, err := parseToken(v)
