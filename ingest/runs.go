@@ -618,7 +618,9 @@ func decodeResult(raw json.RawMessage, hasB64 bool, b64 string, maxResult int) (
 		return nil, invalid("result", "only one of result and result_base64 may be set")
 	}
 	var p []byte
+	field := "result"
 	if hasB64 {
+		field = "result_base64"
 		if n := len(b64) / 4 * 3; n > maxResult+3 {
 			return nil, tooLarge("result_base64", n, maxResult)
 		}
@@ -637,7 +639,7 @@ func decodeResult(raw json.RawMessage, hasB64 bool, b64 string, maxResult int) (
 		p = buf.Bytes()
 	}
 	if len(p) > maxResult {
-		return nil, tooLarge("result", len(p), maxResult)
+		return nil, tooLarge(field, len(p), maxResult)
 	}
 	return p, nil
 }

@@ -342,6 +342,8 @@ func TestRuns_BadRequests(t *testing.T) {
 		{"/v1/runs/" + run + ":ack", `{"token":"t","result":1,"result_base64":"AA=="}`, 400, "result"},
 		{"/v1/runs/" + run + ":ack", `{"token":"t","result_base64":"!!"}`, 400, "result_base64"},
 		{"/v1/runs/" + run + ":ack", `{"token":"t","result":"0123456789abcdefghij"}`, 413, "result"},
+		{"/v1/runs/" + run + ":ack", `{"token":"t","result_base64":"MDEyMzQ1Njc4OWFiY2RlZmc="}`, 413, "result_base64"}, // 17 bytes
+		{"/v1/runs/" + run + ":ack", `{"token":"t","result_base64":"MDEyMzQ1Njc4OWFiY2RlZmdoaWprbG1u"}`, 413, "result_base64"},
 		{"/v1/runs/" + run + ":fail", `{"token":"t","retry_after":"-1s"}`, 400, "retry_after"},
 		{"/v1/runs/" + run + ":snooze", `{"token":"t"}`, 400, "delay"},
 		{"/v1/runs/" + run + ":snooze", `{"token":"t","delay":"x"}`, 400, "delay"},
