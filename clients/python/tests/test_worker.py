@@ -155,6 +155,18 @@ class WorkerTest(unittest.TestCase):
         self.fake.wait_for(lambda: w.inflight == 0)
         self.assertEqual(self.fake.reports()[ids[0] + ":ack"], {"token": "1-o0", "result": 1})
 
+    def test_nan_result_fails_its_run_only(self):
+        # NaN and infinities are no JSON: the server would refuse the whole batch ack
+        # (400), leaving every run in it to its deadline and this one to be retried.
+        nan = self.fake.add("nan", "nan")
+        ok = self.fake.add("ok", "echo")
+        w, _ = self.start({"nan": lambda j: {"mean": float("nan")}, "echo": lambda j: 1}, concurrency=2)
+        self.fake.wait_for(lambda: nan + ":fail" in self.fake.reports() and ok + ":ack" in self.fake.reports())
+        self.assertIn("not JSON", self.fake.reports()[nan + ":fail"]["error"])
+        self.assertNotIn(nan + ":ack", self.fake.reports())
+        with self.assertRaises(ValueError):
+            self.client.ack("x:1", "t", {"v": float("inf")})
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

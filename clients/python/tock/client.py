@@ -40,7 +40,7 @@ class Client:
         if self.token:
             h["Authorization"] = "Bearer " + self.token
         if body is not None:
-            data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+            data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
             h["Content-Type"] = "application/json"
         h.update(headers or {})
         req = urllib.request.Request(self.base_url + path, data=data, headers=h, method=method)

@@ -227,7 +227,9 @@ class Worker:
                 value = fn(j)
                 if not isinstance(value, (bytes, bytearray)):
                     try:
-                        json.dumps(value)
+                        # NaN and the infinities are no JSON: the server would refuse the
+                        # whole batch ack they went in.
+                        json.dumps(value, allow_nan=False)
                     except (TypeError, ValueError) as e:
                         kind, value = "fail", "the handler's result is not JSON: %s" % e
         except RetryAfter as e:
