@@ -307,11 +307,14 @@ export class Worker {
         this.batchAcks = false;
       }
       if (results) {
+        const refused = [];
         batch.forEach(({ job }, i) => {
           const r = results[i] ?? {};
           if (r.status === 409) this.log.info?.(`worker ${this.name}: ${job.run} was redelivered meanwhile; report dropped`);
+          else if (r.status === 400 || r.status === 413) refused.push(this.#refusedAck(job, r.error?.message ?? ''));
           else if (r.status !== 200) this.log.warn?.(`worker ${this.name}: ack ${job.run}: ${r.status} ${r.error?.message ?? ''}`);
         });
+        await Promise.all(refused);
         return;
       }
     }
@@ -330,10 +333,19 @@ export class Worker {
     } catch (e) {
       if (e instanceof APIError && e.status === 409) {
         this.log.info?.(`worker ${this.name}: ${job.run} was redelivered meanwhile; report dropped`);
+      } else if (e instanceof APIError && kind === 'ack' && (e.status === 400 || e.status === 413)) {
+        await this.#refusedAck(job, e.message);
       } else {
         this.log.warn?.(`worker ${this.name}: ${kind} ${job.run}: ${e.message}`);
       }
     }
+  }
+
+  // An ack refused for its result (over the server's limit): the run is still held, so
+  // its attempt is failed with why, rather than left to its deadline and taken for lost.
+  async #refusedAck(job, message) {
+    this.log.warn?.(`worker ${this.name}: ack ${job.run} refused: ${message}; failing the attempt`);
+    await this.#reportOne(job, 'fail', `the handler's result was refused: ${message}`);
   }
 
   async #heartbeatLoop(done) {

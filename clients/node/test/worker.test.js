@@ -5,11 +5,13 @@ import { APIError, Cancel, Client, RetryAfter, Snooze, Worker } from '../src/ind
 
 const TOKEN = 'worker-secret-0123';
 const quiet = { info() {}, warn() {} };
+const TOO_LARGE = '70000 bytes is over the limit of 65536 bytes';
 
 // fakeTock stands in for tock's run endpoints.
 async function fakeTock() {
   // batch: whether POST /v1/runs:ack and :fail exist (else 404, as an older server).
-  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), waiters: [], batch: true };
+  // tooLarge: runs whose acks get 413 (the result over the server's limit).
+  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -33,14 +35,17 @@ async function fakeTock() {
       if (req.url === '/v1/runs:ack' || req.url === '/v1/runs:fail') {
         if (!f.batch) return reply(404, { error: { code: 'not_found', message: `no route for ${req.url}` } });
         const ack = req.url === '/v1/runs:ack';
-        const runs = body.runs.map((r) => (f.conflict.has(r.run)
-          ? { run: r.run, status: 409, error: { code: 'token_mismatch', message: 'not held' } }
-          : { run: r.run, status: 200, outcome: ack ? 'ok' : 'error' }));
+        const runs = body.runs.map((r) => {
+          if (f.conflict.has(r.run)) return { run: r.run, status: 409, error: { code: 'token_mismatch', message: 'not held' } };
+          if (ack && f.tooLarge.has(r.run)) return { run: r.run, status: 413, error: { code: 'too_large', message: TOO_LARGE, field: 'runs[0].result' } };
+          return { run: r.run, status: 200, outcome: ack ? 'ok' : 'error' };
+        });
         return reply(200, { runs, done: runs.filter((r) => r.status === 200).length, refused: runs.filter((r) => r.status !== 200).length });
       }
       const path = decodeURIComponent(req.url.slice('/v1/runs/'.length));
       const i = path.lastIndexOf(':');
       if (f.conflict.has(path.slice(0, i))) return reply(409, { error: { code: 'token_mismatch', message: 'not held' } });
+      if (path.slice(i + 1) === 'ack' && f.tooLarge.has(path.slice(0, i))) return reply(413, { error: { code: 'too_large', message: TOO_LARGE, field: 'result' } });
       reply(200, { run: path.slice(0, i), outcome: path.slice(i + 1) });
     });
   });
@@ -197,6 +202,20 @@ test('acks without the batch endpoint', async () => {
   await fake.waitFor(() => ids.every((id) => `${id}:ack` in fake.reports()));
   await fake.waitFor(() => w.inflight.size === 0);
   assert.deepEqual(fake.reports()[`${ids[0]}:ack`], { token: '1-o0', result: 1 });
+});
+
+test('an ack refused for its result fails the run', async () => {
+  // A 413 leaves the run held: it is failed with why, not left to its deadline to be
+  // taken for lost.
+  for (const batchAcks of [true, false]) {
+    const run = fake.add(`big-${batchAcks}`, 'echo');
+    fake.tooLarge.add(run);
+    const { w, stop } = start({ echo: () => 'x'.repeat(70000) }, { batchAcks });
+    await fake.waitFor(() => `${run}:fail` in fake.reports());
+    assert.match(fake.reports()[`${run}:fail`].error, /over the limit/);
+    await fake.waitFor(() => w.inflight.size === 0);
+    await stop();
+  }
 });
 
 test('single acks', async () => {

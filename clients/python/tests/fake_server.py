@@ -13,6 +13,7 @@ class FakeTock:
         self.calls = []  # (path, body)
         self.heartbeat_states = {}  # run -> state to answer
         self.conflict = set()  # runs whose reports get 409
+        self.too_large = set()  # runs whose acks get 413 (the result over the server's limit)
         self.batch = True  # whether POST /v1/runs:ack and :fail exist (else 404, as an older server)
         fake = self
 
@@ -47,6 +48,10 @@ class FakeTock:
                         if r["run"] in fake.conflict:
                             out.append({"run": r["run"], "status": 409,
                                         "error": {"code": "token_mismatch", "message": "not held"}})
+                        elif verb == "ack" and r["run"] in fake.too_large:
+                            out.append({"run": r["run"], "status": 413, "error": {
+                                "code": "too_large", "message": "70000 bytes is over the limit of 65536 bytes",
+                                "field": "runs[0].result"}})
                         else:
                             out.append({"run": r["run"], "status": 200, "outcome": "ok" if verb == "ack" else "error"})
                     return self.reply(200, {"runs": out, "done": sum(o["status"] == 200 for o in out),
@@ -54,6 +59,9 @@ class FakeTock:
                 run, _, verb = self.path[len("/v1/runs/"):].rpartition(":")
                 if run in fake.conflict:
                     return self.reply(409, {"error": {"code": "token_mismatch", "message": "not held"}})
+                if verb == "ack" and run in fake.too_large:
+                    return self.reply(413, {"error": {"code": "too_large", "field": "result",
+                                                      "message": "70000 bytes is over the limit of 65536 bytes"}})
                 self.reply(200, {"run": run, "outcome": verb})
 
             def reply(self, status, obj):

@@ -167,6 +167,18 @@ class WorkerTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.client.ack("x:1", "t", {"v": float("inf")})
 
+    def test_result_over_the_limit_fails_the_run(self):
+        # An ack refused for its result (413) leaves the run held: it is failed with why,
+        # not left to its deadline to be taken for lost.
+        for batch in (True, False):
+            big = self.fake.add("big-%s" % batch, "echo")
+            self.fake.too_large.add(big)
+            w, stop = self.start({"echo": lambda j: "x" * 70000}, batch_acks=batch)
+            self.fake.wait_for(lambda: big + ":fail" in self.fake.reports())
+            self.assertIn("over the limit", self.fake.reports()[big + ":fail"]["error"])
+            self.fake.wait_for(lambda: w.inflight == 0)
+            stop()
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

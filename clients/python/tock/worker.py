@@ -303,10 +303,19 @@ class Worker:
         except APIError as e:
             if e.status == 409:
                 log.info("worker %s: %s was redelivered meanwhile; report dropped", self.name, j.run)
+            elif kind == "ack" and e.status in (400, 413):
+                self._refused_ack(j, e.message)
             else:
                 log.warning("worker %s: %s %s: %s", self.name, kind, j.run, e)
         except (OSError, ValueError, TypeError) as e:  # TypeError: a result that is not JSON
             log.warning("worker %s: %s %s: %s (left to its deadline)", self.name, kind, j.run, e)
+
+    def _refused_ack(self, j, message):
+        """An ack refused for its result (over the server's limit): the run is still held,
+        so its attempt is failed with why, rather than left to its deadline and taken
+        for lost."""
+        log.warning("worker %s: ack %s refused: %s; failing the attempt", self.name, j.run, message)
+        self._report_one(j, "fail", "the handler's result was refused: %s" % message)
 
     # -- batch acks --------------------------------------------------------------------
 
@@ -353,6 +362,8 @@ class Worker:
                     status = r.get("status")
                     if status == 409:
                         log.info("worker %s: %s was redelivered meanwhile; report dropped", self.name, j.run)
+                    elif status in (400, 413):
+                        self._refused_ack(j, (r.get("error") or {}).get("message", ""))
                     elif status != 200:
                         log.warning("worker %s: ack %s: %s %s", self.name, j.run, status, r.get("error"))
                 return
