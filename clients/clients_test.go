@@ -329,6 +329,10 @@ func TestClients(t *testing.T) {
 				{ID: "audit", Queue: "q-wf-node", Type: "echo", Payload: json.RawMessage(`{"ok":true}`)},
 				{ID: "load", Queue: "q-wf-node", Type: "echo", DependsOn: []string{"extract", "audit"}},
 				{ID: "report", Queue: "q-wf-py", Type: "echo", DependsOn: []string{"load"}},
+				{ID: "blob-a", Queue: "q-wf-py", Type: "blob", Payload: json.RawMessage(`{"size":40000}`)},
+				{ID: "blob-b", Queue: "q-wf-node", Type: "blob", Payload: json.RawMessage(`{"size":40000}`)},
+				{ID: "join-py", Queue: "q-wf-py", Type: "echo", DependsOn: []string{"blob-a", "blob-b"}},
+				{ID: "join-node", Queue: "q-wf-node", Type: "echo", DependsOn: []string{"blob-a", "blob-b"}},
 			}}, "")
 			require.NoError(t, err)
 			waitFor(t, 30*time.Second, "the workflow succeeded", func() (bool, string) {
@@ -344,13 +348,21 @@ func TestClients(t *testing.T) {
 			}
 			load := result("load")
 			require.Equal(t, "node", load["by"])
+			none := map[string]any{}
 			require.Equal(t, map[string]any{
-				"extract": map[string]any{"echo": map[string]any{"rows": float64(2)}, "by": "python", "attempt": float64(1), "node": "extract", "parents": map[string]any{}},
-				"audit":   map[string]any{"echo": map[string]any{"ok": true}, "by": "node", "attempt": float64(1), "node": "audit", "parents": map[string]any{}},
+				"extract": map[string]any{"echo": map[string]any{"rows": float64(2)}, "by": "python", "attempt": float64(1), "node": "extract", "parents": none, "omitted": none},
+				"audit":   map[string]any{"echo": map[string]any{"ok": true}, "by": "node", "attempt": float64(1), "node": "audit", "parents": none, "omitted": none},
 			}, load["parents"], "a node worker sees what a python and a node worker returned")
 			report := result("report")
 			require.Equal(t, "python", report["by"])
 			require.Equal(t, "node", report["parents"].(map[string]any)["load"].(map[string]any)["by"])
+			// Two parents' results of 40,002 bytes do not both fit in a claim's 64 KiB: the
+			// one left out is read with the worker's token.
+			for _, join := range []string{"join-py", "join-node"} {
+				r := result(join)
+				require.Equal(t, map[string]any{"blob-b": float64(40000)}, r["omitted"], join)
+				require.Len(t, r["parents"].(map[string]any)["blob-a"], 40000, join)
+			}
 			py.stop(t, 10*time.Second)
 			nd.stop(t, 10*time.Second)
 		})

@@ -5,8 +5,10 @@
 //   node interop.js verify SECRET HEADER BODY [NOW]
 //
 // create prints the ids of the jobs it created (type "echo", payload {n: i, from: "node"}).
-// work handles "echo" (result {echo: payload, by: "node"}), printing "start <run>" as each
-// handler starts, until SIGTERM. verify prints "ok" or the refusal's kind, exits 0 or 1.
+// work handles "echo" (result {echo: payload, by: "node"}, with node, parents and omitted,
+// the sizes of the parents' results the claim left out, for a workflow node's run) and
+// "blob" (a string of payload.size x's), printing "start <run>" as each handler starts,
+// until SIGTERM. verify prints "ok" or the refusal's kind, exits 0 or 1.
 import { Client, SignatureError, Worker, verifySignature } from '../src/index.js';
 
 const [cmd, ...args] = process.argv.slice(2);
@@ -22,16 +24,23 @@ if (cmd === 'create') {
   }
 } else if (cmd === 'work') {
   const [queue, name] = args;
-  const worker = new Worker(client(), [queue], {
+  const c = client();
+  const worker = new Worker(c, [queue], {
     workerName: name, concurrency: 4, wait: 1, grace: 10, logger: { info: (m) => console.error(m), warn: (m) => console.error(m) },
     handlers: {
       echo: async (job) => {
         console.log('start', job.run);
         const r = { echo: job.payload, by: 'node', attempt: job.attempt };
-        // A workflow node's run: pass on what the parents returned.
-        if (job.node) Object.assign(r, { node: job.node, parents: job.parents });
+        // A workflow node's run: pass on what the parents returned, and the sizes of those
+        // the claim left out, read with the worker's token.
+        if (job.node) {
+          const omitted = {};
+          for (const n of job.parentsOmitted) omitted[n] = (await c.nodeResult(job.workflow, n)).length;
+          Object.assign(r, { node: job.node, parents: job.parents, omitted });
+        }
         return r;
       },
+      blob: async (job) => 'x'.repeat(job.payload.size),
     },
   });
   await worker.run();

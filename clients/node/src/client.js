@@ -19,7 +19,7 @@ const DURATIONS = new Set(['timeout', 'visibility', 'misfire_after']);
 export class Client {
   /**
    * @param {string} baseUrl e.g. http://127.0.0.1:8080
-   * @param {string} [token] bearer token: write scope for jobs, worker scope for runs
+   * @param {string} [token] bearer token: write scope for jobs, worker scope for runs and nodeResult
    * @param {{timeout?: number, userAgent?: string}} [opts] timeout in seconds (default 30)
    */
   constructor(baseUrl, token, { timeout = 30, userAgent = 'tock-node/0.1' } = {}) {
@@ -50,6 +50,32 @@ export class Client {
       throw new APIError(resp.status, `http_${resp.status}`, text.slice(0, 200));
     }
     return { status: resp.status, body: text ? JSON.parse(text) : null };
+  }
+
+  /**
+   * A succeeded workflow node's result (GET /v1/workflows/{id}/nodes/{node}/result): a
+   * JSON value as decoded, other results as a Buffer; an APIError 404 when it has none. A
+   * worker token may read it: a handler reads the parents its claim left out
+   * (job.parentsOmitted) with it.
+   */
+  async nodeResult(workflow, node) {
+    const h = { 'User-Agent': this.userAgent };
+    if (this.token) h.Authorization = `Bearer ${this.token}`;
+    const resp = await fetch(`${this.baseUrl}/v1/workflows/${encodeURIComponent(workflow)}/nodes/${encodeURIComponent(node)}/result`,
+      { headers: h, signal: AbortSignal.timeout(this.timeout * 1000) });
+    const body = Buffer.from(await resp.arrayBuffer());
+    if (!resp.ok) {
+      let err;
+      try {
+        err = JSON.parse(body.toString('utf8')).error;
+      } catch {
+        err = null;
+      }
+      if (err && typeof err === 'object') throw new APIError(resp.status, err.code ?? '', err.message ?? '', err.field);
+      throw new APIError(resp.status, `http_${resp.status}`, body.toString('utf8').slice(0, 200));
+    }
+    if ((resp.headers.get('content-type') ?? '').split(';')[0].trim() === 'application/json') return JSON.parse(body.toString('utf8'));
+    return body;
   }
 
   static #runPath(run, verb) {

@@ -35,7 +35,8 @@ export class Cancel extends Error {
 /**
  * What a handler gets: the claimed run (run, jobId, queue, type, payload, attempt,
  * maxAttempts, due, deadline, timeout and visibility in seconds, token, raw; for a
- * workflow node's run also workflow, node, parents and parentsOmitted) and signal,
+ * workflow node's run also workflow, node, parents, parentsOmitted and parentsError: the
+ * parents not in parents are read with Client.nodeResult) and signal,
  * an AbortSignal aborted when the handler should give up (job cancelled, run lost,
  * timeout, or the worker's grace period is over).
  */
@@ -69,6 +70,9 @@ export class Job {
       else this.parents[p.node] = Buffer.alloc(0);
     }
     this.parentsOmitted = [...(r.parents_omitted ?? [])];
+    // Set when the claim could not read the parents' results (parents is then empty):
+    // read them with Client.nodeResult.
+    this.parentsError = r.parents_error ?? null;
     this.state = 'running'; // or cancelled, lost, timeout, reported
     this.controller = new AbortController();
     this.signal = this.controller.signal;

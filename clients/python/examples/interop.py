@@ -6,8 +6,9 @@
     python3 interop.py verify SECRET HEADER BODY [NOW]
 
 create prints the ids of the jobs it created (type "echo", payload {"n": i, "from": "python"}).
-work handles "echo" (result {"echo": payload, "by": "python"}, with "node" and "parents"
-for a workflow node's run) and "slow" (on its first
+work handles "echo" (result {"echo": payload, "by": "python"}, with "node", "parents"
+and "omitted", the sizes of the parents' results the claim left out, for a workflow
+node's run), "blob" (a string of payload["size"] x's) and "slow" (on its first
 attempt sleeps payload["seconds"], then answers as echo), printing "start <run>" as each handler starts,
 until SIGTERM. verify prints "ok" or the refusal's kind, and exits 0 or 1.
 """
@@ -51,7 +52,12 @@ def main(argv):
             r = {"echo": job.payload, "by": "python", "attempt": job.attempt}
             if job.node:  # a workflow node's run: pass on what the parents returned
                 r["node"], r["parents"] = job.node, job.parents
+                # Those the claim left out, read with the worker's token: their sizes.
+                r["omitted"] = {n: len(c.node_result(job.workflow, n)) for n in job.parents_omitted}
             return r
+
+        def blob(job):
+            return "x" * job.payload["size"]
 
         def slow(job):
             print("start", job.run, flush=True)
@@ -60,8 +66,9 @@ def main(argv):
             return {"echo": job.payload, "by": "python", "attempt": job.attempt}
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-        Worker(Client(os.environ["TOCK_API"], os.environ.get("TOCK_TOKEN")), [queue],
-               {"echo": echo, "slow": slow}, concurrency=4, worker_name=name, wait=1, grace=10).run()
+        c = client()
+        Worker(c, [queue], {"echo": echo, "slow": slow, "blob": blob}, concurrency=4, worker_name=name, wait=1,
+               grace=10).run()
         return 0
     if cmd == "verify":
         secret, header, body = argv[2], argv[3], argv[4]

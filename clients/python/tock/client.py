@@ -24,7 +24,8 @@ class APIError(Exception):
 
 class Client:
     """Client(base_url, token): token is a bearer token (write scope to create and read
-    jobs, worker scope for the run endpoints), or None without authentication."""
+    jobs, worker scope for the run endpoints and node_result), or None without
+    authentication."""
 
     def __init__(self, base_url, token=None, timeout=30.0, user_agent="tock-python/0.1"):
         self.base_url = base_url.rstrip("/")
@@ -34,7 +35,7 @@ class Client:
 
     # -- transport ---------------------------------------------------------------------
 
-    def _do(self, method, path, body=None, headers=None, timeout=None):
+    def _do(self, method, path, body=None, headers=None, timeout=None, raw_reply=False):
         data = None
         h = {"Accept": "application/json", "User-Agent": self.user_agent}
         if self.token:
@@ -48,6 +49,8 @@ class Client:
             with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 status = resp.status
+                if raw_reply:
+                    return status, raw, resp.headers.get_content_type()
         except urllib.error.HTTPError as e:
             raw = e.read()
             try:
@@ -92,6 +95,15 @@ class Client:
     def job_runs(self, job_id):
         """The job's recent runs, newest first (each with its outcome and result)."""
         return self._do("GET", "/v1/jobs/" + urllib.parse.quote(job_id, safe="") + "/runs")[1]["runs"]
+
+    def node_result(self, workflow, node):
+        """A succeeded workflow node's result (GET /v1/workflows/{id}/nodes/{node}/result):
+        a JSON value as decoded, other results as bytes; APIError 404 when it has none. A
+        worker token may read it: a handler reads the parents its claim left out
+        (job.parents_omitted) with it."""
+        path = "/v1/workflows/%s/nodes/%s/result" % (urllib.parse.quote(workflow, safe=""), urllib.parse.quote(node, safe=""))
+        _, raw, ctype = self._do("GET", path, raw_reply=True)
+        return json.loads(raw) if ctype == "application/json" else raw
 
     # -- runs (the pull protocol) ------------------------------------------------------
 

@@ -45,7 +45,8 @@ class Cancel(Exception):
 class Job:
     """What a handler gets: the claimed run (run, job_id, queue, type, payload, attempt,
     max_attempts, due, deadline, timeout and visibility in seconds, token; for a workflow
-    node's run also workflow, node, parents and parents_omitted) and stop, an
+    node's run also workflow, node, parents, parents_omitted and parents_error: the
+    parents not in parents are read with Client.node_result) and stop, an
     Event set when the handler should give up (job cancelled, run lost, timeout, or the
     worker's grace period is over)."""
 
@@ -83,6 +84,9 @@ class Job:
             else:
                 self.parents[p["node"]] = b""
         self.parents_omitted = list(r.get("parents_omitted") or [])
+        # Set when the claim could not read the parents' results (parents is then empty):
+        # read them with Client.node_result.
+        self.parents_error = r.get("parents_error")
         self.stop = threading.Event()
         self.state = "running"  # or "cancelled", "lost", "timeout"
 
