@@ -411,7 +411,7 @@ func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 		for _, n := range names {
 			if b := res[n]; len(b) <= left {
 				left -= len(b)
-				r.parents = append(r.parents, parentResult{node: n, result: b})
+				r.parents = append(r.parents, parentResult{node: n, result: compactJSON(b)})
 			} else {
 				r.omitted = append(r.omitted, n)
 			}
@@ -419,6 +419,21 @@ func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 		sort.Slice(r.parents, func(a, b int) bool { return r.parents[a].node < r.parents[b].node })
 		sort.Strings(r.omitted)
 	}
+}
+
+// compactJSON returns a parent's result as a claim carries it: JSON compacted, so that
+// one with spaces or a trailing newline (a push target's body written by json.Encoder)
+// comes as "result", as the result endpoint and a push delivery's Tock-Parent-Results
+// take it, not as base64; other bytes as they are.
+func compactJSON(b []byte) []byte {
+	if len(b) == 0 || !json.Valid(b) {
+		return b
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil || bytes.Equal(buf.Bytes(), b) {
+		return b
+	}
+	return buf.Bytes()
 }
 
 // heartbeatRuns serves POST /v1/runs:heartbeat.

@@ -409,3 +409,26 @@ func TestRuns_ClaimCarriesParentResults(t *testing.T) {
 		require.Len(t, big, ingest.MaxParentResults)
 	})
 }
+
+// A parent's result that is JSON with spaces or a trailing newline (a push target's body
+// written by json.Encoder, a Go handler's indented result) comes in a claim as JSON, as
+// the result endpoint serves it and a push delivery's Tock-Parent-Results carries it,
+// not as base64 bytes.
+func TestRuns_ClaimParentResultJSONNotCompact(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		tb := pullBundle(t, b)
+		wc, w := tb.client(pullWriter), tb.client(pullWorker)
+		_, _, err := wc.CreateWorkflow(ctx, ingest.WorkflowRequest{ID: "wf", Jobs: []ingest.NodeRequest{
+			{ID: "a", Queue: "q", Type: "t"}, {ID: "b", Queue: "q", Type: "t", DependsOn: []string{"a"}},
+		}}, "")
+		require.NoError(t, err)
+		a := claimOne(t, w, ingest.ClaimRequest{Queues: []string{"q"}, Worker: "py-1"})
+		_, err = w.AckRun(ctx, a.Run, a.Token, []byte("{\"rows\": [1, 2]}\n"))
+		require.NoError(t, err)
+		child := claimOne(t, w, ingest.ClaimRequest{Queues: []string{"q"}, Worker: "py-1"})
+		require.Len(t, child.Parents, 1)
+		require.Empty(t, child.Parents[0].ResultBase64)
+		require.Equal(t, `{"rows":[1,2]}`, string(child.Parents[0].Result))
+	})
+}
