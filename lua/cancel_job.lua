@@ -33,10 +33,10 @@ local id = ARGV[3]
 local keep = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
 
-local code, st, running = cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
+local code, st, running, att = cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
 if code == 1 and string.find(id, '@', 1, true) then
   local now, _, nowStr = now_ms()
-  wf_node_end(P, id, 'cancelled', nil, nil, now, nowStr, keep, retention)
+  wf_node_end(P, id, 'cancelled', nil, att > 0 and att or nil, now, nowStr, keep, retention)
 end
 local readied = flush_ready(P)
 flush_stats(P)

@@ -54,9 +54,12 @@ for node in string.gmatch(w[2] or '', '[^,]+') do
     if n.st == 'waiting' then
       wf_end_job(P, id, 'workflow cancelled', now, keep, retention)
     else
-      local _, _, r = cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
+      local _, _, r, att = cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
       for _, m in ipairs(r) do
         running[#running + 1] = m
+      end
+      if att and att > 0 then
+        n.att = num(att)
       end
     end
     n.st, n.en = 'cancelled', nowStr

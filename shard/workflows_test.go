@@ -1689,3 +1689,30 @@ func deadMember(t *testing.T, s *shard.Store, id string) string {
 	t.Fatalf("no dead run of %s", id)
 	return ""
 }
+
+// A node whose run was cancelled while it ran (its workflow cancelled, or its job) shows
+// the attempt it made, as a node that ended otherwise does. It showed 0.
+func TestWorkflow_CancelledRunningNodeKeepsItsAttempts(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		for _, byJob := range []bool{false, true} {
+			wf := fmt.Sprintf("ca-%v", byJob)
+			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
+			require.NoError(t, err)
+			runs, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+			require.NoError(t, err)
+			require.Len(t, runs, 1)
+			if byJob {
+				_, _, err = s.Cancel(ctx, wf+"@a")
+			} else {
+				_, _, err = s.CancelWorkflow(ctx, wf)
+			}
+			require.NoError(t, err)
+			w, err := s.Workflow(ctx, wf)
+			require.NoError(t, err)
+			require.Equal(t, job.NodeCancelled, w.Nodes[0].State, wf)
+			require.Equal(t, 1, w.Nodes[0].Attempts, wf)
+		}
+	})
+}

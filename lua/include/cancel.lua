@@ -4,8 +4,9 @@
 -- cancel_one cancels job id: no further occurrences; ready, waiting and buffered runs are
 -- removed; running runs are marked cancelled; a recurring job's dead runs leave the
 -- dead-letter set (deadKey); the job expires after retention. Returns code (1 cancelled
--- now, 0 already final, -1 no such job), the job's state and the members of the runs
--- that were running and must be interrupted.
+-- now, 0 already final, -1 no such job), the job's state, the members of the runs that
+-- were running and must be interrupted, and the most attempts one of its runs had made
+-- (a workflow node's attempts; 0 when none had).
 local function cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
   local jobKey = P .. 'job:' .. id
   -- A packed or cold job becomes a job hash first (forms' thaw_job).
@@ -28,9 +29,11 @@ local function cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
   local running = {}
   local rl = ','
   local fields = {}
+  local att = 0
   for due in string.gmatch(j[3] or '', '[^,]+') do
     local member = id .. ':' .. due
     local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
+    att = math.max(att, r.att)
     if r.st == 'running' or r.st == 'cancelled' then
       -- Its worker learns it from the cancel signal or its next heartbeat.
       r.st = 'cancelled'
@@ -69,5 +72,5 @@ local function cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
   redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')
   hist(jobKey, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
   redis.call('PEXPIRE', jobKey, retention)
-  return 1, 'cancelled', running
+  return 1, 'cancelled', running, att
 end
