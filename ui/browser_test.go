@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 	"github.com/tockhq/tock/ui"
@@ -527,4 +528,38 @@ func TestBrowser_Workflow(t *testing.T) {
 	ended, err := store.Runs(bg, "nightly")
 	require.NoError(t, err)
 	require.Empty(t, ended, "no run of the definition's job has ended")
+}
+
+// A workflow removed while its page is open (its retention ran out): the page says it
+// is gone, as a fresh load of it does, rather than going on showing its last state.
+func TestBrowser_WorkflowGone(t *testing.T) {
+	path := chromium(t)
+	m, _ := redistest.Mini(t)
+	tb := setup(t, redistest.Backend{Name: redistest.Miniredis, Addrs: []string{m.Addr()}, Mini: m}, nil, ui.Config{})
+	bg := context.Background()
+	const wf = "etl-gone"
+	_, err := tb.store.CreateWorkflow(bg, etlWorkflow(wf))
+	require.NoError(t, err)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU)
+	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/workflows/"+wf), chromedp.WaitVisible("#wf-graph", chromedp.ByID),
+		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery)))
+	_, _, err = tb.store.CancelWorkflow(bg, wf)
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible("#wf-state.cancelled", chromedp.ByQuery)))
+	m.FastForward(25 * time.Hour) // past the retention: the workflow and its nodes' jobs expire
+	_, err = tb.store.Workflow(bg, wf)
+	require.ErrorIs(t, err, shard.ErrWorkflowNotFound)
+
+	wait, cancelWait := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelWait()
+	var msg string
+	require.NoError(t, chromedp.Run(wait, chromedp.Text("#error-message", &msg, chromedp.ByID)), "the page shows the workflow is gone")
+	require.Contains(t, msg, `workflow "`+wf+`" not found`)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
@@ -20,7 +21,9 @@ import (
 // Server-Sent Events ("update" events whose data is a JSON object: fragment name → HTML)
 // sent when they change, checked every LiveEvery; with once=1, one JSON object (the
 // polling fallback). The script closes the stream while its tab is hidden. The stream
-// ends when the session ends, the client goes, or the server stops.
+// ends when the session ends, the client goes, or the server stops; when the page's job
+// or workflow is gone (removed after its retention, or deleted), an "ended" event (with
+// once=1, the API's 404) has the script reload the page, which says so.
 func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 	target, err := url.Parse(string(ctx.QueryArgs().Peek("page")))
 	if err != nil || !strings.HasPrefix(target.Path, Prefix+"/") {
@@ -66,7 +69,9 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 				return // the connection is closed
 			}
 			switch {
-			case err == errNoSession:
+			case err == errNoSession, ingest.IsCode(err, ingest.CodeNotFound):
+				// The session ended, or the page's job or workflow is gone (removed after
+				// its retention, deleted): the script reloads the page, which says so.
 				_, _ = w.WriteString("event: ended\ndata: {}\n\n")
 				_ = w.Flush()
 				return

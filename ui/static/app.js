@@ -19,7 +19,10 @@
 
   // A job's or a workflow's actions without a reload: the form is posted with fetch, and the page's live
   // updates show what changed (a delete goes back to the search, as the server's redirect
-  // says). Without this script the form posts and the page reloads.
+  // says). Without this script the form posts and the page reloads. acting counts the
+  // actions under way (and one whose redirect is being followed): the live stream does
+  // not reload the page meanwhile, should it find the job or workflow gone (a delete).
+  var acting = 0;
   document.addEventListener("submit", function (e) {
     var form = e.target;
     // getAttribute: the form's controls named "id" and "action" shadow form.id and
@@ -36,9 +39,13 @@
       form.after(status);
     }
     status.textContent = e.submitter.value + "…";
+    acting++;
+    var settled = false;
+    function settle() { if (!settled) { settled = true; acting--; } }
     fetch(form.getAttribute("action"), { method: "POST", body: new URLSearchParams(data), credentials: "same-origin" })
       .then(function (r) {
         if (!r.ok) {
+          settle();
           status.textContent = e.submitter.value + " failed: HTTP " + r.status;
           return;
         }
@@ -46,9 +53,10 @@
           window.location.assign(r.url);
           return;
         }
+        settle();
         status.textContent = e.submitter.value + ": done";
       })
-      .catch(function (err) { status.textContent = e.submitter.value + " failed: " + err.message; });
+      .catch(function (err) { settle(); status.textContent = e.submitter.value + " failed: " + err.message; });
   });
 
   // Select all rows of a table.
@@ -191,7 +199,7 @@
     poll = setInterval(function () {
       if (document.hidden) return;
       fetch("/ui/events?once=1&page=" + page, { credentials: "same-origin", headers: { "Accept": "application/json" } })
-        .then(function (r) { if (r.status === 401) { location.reload(); } return r.ok ? r.text() : null; })
+        .then(function (r) { if ((r.status === 401 || r.status === 404) && !acting) { location.reload(); } return r.ok ? r.text() : null; })
         .then(function (t) { if (t) apply(t); });
     }, 5000);
   }
@@ -201,7 +209,8 @@
     es = new EventSource(url);
     es.addEventListener("open", function () { failures = 0; setStatus("live"); });
     es.addEventListener("update", function (e) { apply(e.data); });
-    es.addEventListener("ended", function () { close(); location.reload(); });
+    // The session ended, or the page's job or workflow is gone: the page, loaded again, says so.
+    es.addEventListener("ended", function () { close(); if (!acting) location.reload(); });
     es.addEventListener("error", function () {
       if (++failures >= 3 || es.readyState === EventSource.CLOSED) { close(); startPolling(); }
     });
