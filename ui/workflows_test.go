@@ -324,3 +324,30 @@ func TestUI_WorkflowTooLargeToDraw(t *testing.T) {
 	require.Contains(t, p.body, `402 nodes: not drawn (more than 400). By state: <span class="badge waiting">1 waiting</span> <span class="badge ready">401 ready</span>`)
 	require.Contains(t, p.body, `<tr data-node="n400">`)
 }
+
+// A node's job page offers what the API allows on it: Cancel (the node cancelled), not
+// Pause, Trigger or Delete, which the API always refuses (409: its workflow decides when
+// it runs), and points to the workflow's own actions instead.
+func TestUI_NodeJobActions(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	createWorkflows(t, tb.store)
+	br := tb.browser()
+	br.login(writeToken)
+	for _, a := range []string{"pause", "trigger", "delete"} {
+		p := br.post("/ui/actions/job", url.Values{"id": {"etl@load"}, "action": {a}})
+		require.Equal(t, http.StatusConflict, p.status, a+": the API refuses it on a node's job")
+	}
+	p := br.get("/ui/jobs/etl@load")
+	require.Equal(t, 200, p.status, p.body)
+	require.Contains(t, p.body, `id="act-cancel"`)
+	for _, id := range []string{"act-pause", "act-resume", "act-trigger", "act-delete"} {
+		require.NotContains(t, p.body, `id="`+id+`"`, "a button the API always refuses on a node's job")
+	}
+	// An ordinary job keeps them all.
+	p = br.get("/ui/jobs/nightly")
+	require.Equal(t, 200, p.status, p.body)
+	for _, id := range []string{"act-pause", "act-trigger", "act-cancel", "act-delete"} {
+		require.Contains(t, p.body, `id="`+id+`"`)
+	}
+}
