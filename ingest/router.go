@@ -473,7 +473,8 @@ func rawPath(ctx *fasthttp.RequestCtx) string { return string(ctx.URI().PathOrig
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx) string {
 	if m := s.mounted(rawPath(ctx)); m != nil {
 		m.h(ctx)
-		return string(ctx.Method()) + " " + m.prefix
+		// A known method or "other": the label's values stay bounded.
+		return safeMethod(ctx.Method()) + " " + m.prefix
 	}
 	ep, p, name := s.precheck(ctx)
 	if ep == nil {

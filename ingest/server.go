@@ -46,8 +46,9 @@ type Token struct {
 // the workflows the API creates, cancels and retries.
 type Metrics interface {
 	// HTTPRequest is called once per request with its route pattern (such as
-	// "POST /v1/jobs" or "GET /v1/jobs/{id}"; "unmatched" for unknown paths), status
-	// and duration.
+	// "POST /v1/jobs" or "GET /v1/jobs/{id}"; "unmatched" for unknown paths; "GET /ui"
+	// for a mounted handler, "other /ui" for a method not in HTTP's list), status and
+	// duration.
 	HTTPRequest(route string, status int, d time.Duration)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,4 +326,43 @@ func TestUI_StreamOutlivesWriteTimeout(t *testing.T) {
 			break
 		}
 	}
+}
+
+// routeRecorder records the route labels of the API's Metrics.
+type routeRecorder struct {
+	mu     sync.Mutex
+	routes map[string]bool
+}
+
+func (r *routeRecorder) HTTPRequest(route string, _ int, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.routes[route] = true
+}
+
+// The dashboard's requests are labelled by method and mount in the API's metrics
+// (tock_http_requests_total{route}): a method the client makes up is "other", or every
+// request with a new one would add series that are never removed.
+func TestUI_MetricsRouteLabel(t *testing.T) {
+	t.Parallel()
+	m, _ := redistest.Mini(t)
+	rec := &routeRecorder{routes: map[string]bool{}}
+	tb := setupAPI(t, redistest.Backend{Name: redistest.Miniredis, Addrs: []string{m.Addr()}, Mini: m},
+		ingest.Config{Metrics: rec}, ui.Config{})
+	for _, method := range []string{"GET", "BREW", "X-1", "X-2"} {
+		req, err := http.NewRequest(method, tb.base+"/ui/workflows", nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	mounted := map[string]bool{}
+	for r := range rec.routes {
+		if strings.HasSuffix(r, " /ui") {
+			mounted[r] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"GET /ui": true, "other /ui": true}, mounted)
 }
