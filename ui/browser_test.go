@@ -563,3 +563,39 @@ func TestBrowser_WorkflowGone(t *testing.T) {
 	require.NoError(t, chromedp.Run(wait, chromedp.Text("#error-message", &msg, chromedp.ByID)), "the page shows the workflow is gone")
 	require.Contains(t, msg, `workflow "`+wf+`" not found`)
 }
+
+// An action the API refuses says why on the page, as the API does (its message), not
+// only the HTTP status: here a retry of a scheduled instance while another instance of
+// its definition (overlap skip) runs.
+func TestBrowser_WorkflowActionRefused(t *testing.T) {
+	path := chromium(t)
+	tb := setupMini(t, nil, ui.Config{})
+	store, bg := tb.store, context.Background()
+	def := &job.Workflow{ID: "nightly", Schedule: &job.Schedule{Cron: "0 3 * * *"}, Jobs: []job.Node{wfNode("a", "")}}
+	_, err := store.CreateWorkflow(bg, def)
+	require.NoError(t, err)
+	info, err := store.Get(bg, "nightly")
+	require.NoError(t, err)
+	first, err := store.StartInstance(bg, "nightly", time.UnixMilli(1893466800000), info.Payload)
+	require.NoError(t, err)
+	_, _, err = store.CancelWorkflow(bg, first.ID)
+	require.NoError(t, err)
+	second, err := store.StartInstance(bg, "nightly", time.UnixMilli(1893466800000).Add(24*time.Hour), info.Payload)
+	require.NoError(t, err)
+	require.True(t, second.Created)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU)
+	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var status string
+	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/workflows/"+first.ID), chromedp.WaitVisible("#act-retry", chromedp.ByID),
+		chromedp.Click("#act-retry", chromedp.ByID), chromedp.WaitVisible("#action-status", chromedp.ByID),
+		chromedp.Poll(`!document.getElementById("action-status").textContent.endsWith("…")`, nil),
+		chromedp.Text("#action-status", &status, chromedp.ByID)))
+	require.Contains(t, status, "retry failed")
+	require.Contains(t, status, second.ID, "the API's reason: the instance that runs")
+}

@@ -46,8 +46,11 @@
       .then(function (r) {
         if (!r.ok) {
           settle();
-          status.textContent = e.submitter.value + " failed: HTTP " + r.status;
-          return;
+          // The error page says why (the API's message).
+          return r.text().then(function (html) {
+            var m = new DOMParser().parseFromString(html, "text/html").getElementById("error-message");
+            status.textContent = e.submitter.value + " failed: " + (m && m.textContent ? m.textContent : "HTTP " + r.status);
+          });
         }
         if (new URL(r.url).pathname !== window.location.pathname) {
           window.location.assign(r.url);
