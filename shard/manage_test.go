@@ -483,3 +483,28 @@ func TestList_FilteredPageReadsABoundedNumberOfJobs(t *testing.T) {
 		require.Len(t, seen, n)
 	})
 }
+
+// Cancelling a one-time job whose run is ready records the cancel against that run's due
+// time, as a scheduled one's is; it said 0001-01-01 (the job's next occurrence, none once
+// its run fired).
+func TestCancel_ReadyRunKeepsItsDueInTheHistory(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		_, err := s.Create(ctx, []*job.Job{{ID: "ready", Type: "t", Schedule: job.Schedule{Now: true}},
+			{ID: "later", Type: "t", Schedule: job.Schedule{At: later}}})
+		require.NoError(t, err)
+		created := time.Now()
+		for id, want := range map[string]time.Time{"ready": created, "later": later} {
+			_, changed, err := s.Cancel(ctx, id)
+			require.NoError(t, err)
+			require.True(t, changed)
+			runs, err := s.Runs(ctx, id)
+			require.NoError(t, err)
+			require.Len(t, runs, 1, id)
+			require.Equal(t, job.OutcomeCancelled, runs[0].Outcome, id)
+			require.WithinDuration(t, want, runs[0].Due, 5*time.Second, id)
+		}
+	})
+}

@@ -30,6 +30,10 @@ local function cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
   local rl = ','
   local fields = {}
   local att = 0
+  -- The cancel's history entry names the next occurrence, or a run it removed (ready or
+  -- retrying); none when it only interrupts running runs, whose ends are entered when
+  -- their workers report; the time of the cancel for a job without a run.
+  local entryDue = nx > 0 and nx or nil
   for due in string.gmatch(j[3] or '', '[^,]+') do
     local member = id .. ':' .. due
     local r = run_get(redis.call('HGET', jobKey, 'r' .. due))
@@ -43,6 +47,7 @@ local function cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
       rl = rl .. due .. ','
     else
       -- Ready (with or without a run field yet), waiting for a retry, or parked.
+      entryDue = entryDue or tonumber(due)
       redis.call('ZREM', P .. 'ready:' .. field(j[5], 'default'), member)
       if r.st == 'retrying' then
         unfile_due(P, bucketsKey, bucketMs, member, tonumber(r.ra), j[5])
@@ -70,7 +75,10 @@ local function cancel_one(P, bucketsKey, deadKey, bucketMs, id, keep, retention)
   end
 
   redis.call('HSET', jobKey, 'st', 'cancelled', 'nx', 0, 'rl', rl, 'bf', '')
-  hist(jobKey, keep, { d = nx, e = now_ms(), o = 'cancelled', er = 'job cancelled' })
+  local now = now_ms()
+  if entryDue or #running == 0 then
+    hist(jobKey, keep, { d = entryDue or now, e = now, o = 'cancelled', er = 'job cancelled' })
+  end
   redis.call('PEXPIRE', jobKey, retention)
   return 1, 'cancelled', running, att
 end
