@@ -1722,3 +1722,43 @@ func TestWorkflow_CancelledRunningNodeKeepsItsAttempts(t *testing.T) {
 		}
 	})
 }
+
+// A workflow cancelled while one of its nodes' runs is dead (the node failed, another
+// branch still ran) keeps its hash as a failed one does: the dead job never expires by
+// itself, and its requeue says to retry the workflow, which must still be there. Before,
+// only a failed workflow was kept: a cancelled one expired after its retention and left
+// the dead node's job.
+func TestWorkflow_CancelledHashStaysWhileANodesRunIsDead(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
+		c := b.Client(t)
+		ttl := func(key string) int64 {
+			v, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+			require.NoError(t, err)
+			return v
+		}
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "cd", Jobs: []job.Node{node("a"), node("x"), node("b", "x")}})
+		require.NoError(t, err)
+		runs, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, runs, 2)
+		for _, run := range runs {
+			if run.JobID == "cd@a" {
+				errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: run.Member, Token: run.Token, Outcome: shard.Failed, Error: "no"}})
+				require.NoError(t, err)
+				require.NoError(t, errs[0])
+			}
+		}
+		_, _, err = s.CancelWorkflow(ctx, "cd")
+		require.NoError(t, err)
+		w, err := s.Workflow(ctx, "cd")
+		require.NoError(t, err)
+		require.Equal(t, job.WorkflowCancelled, w.State)
+		wk := s.Keys().Workflow(0, "cd")
+		require.Equal(t, int64(-1), ttl(s.Keys().Job(0, "cd@a")), "a dead job has no expiry")
+		require.Equal(t, int64(-1), ttl(wk), "no expiry while a node's run is dead")
+		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "cd@a")))
+		require.Positive(t, ttl(wk))
+	})
+}

@@ -320,8 +320,9 @@ local function wf_finished(P, wk, wf, now, nowStr, retention, st)
     st = wf_end_state(w[1], tonumber(w[2]) or 0)
     redis.call('HSET', wk, 'st', st, 'en', nowStr)
   end
-  -- A failed workflow whose node's run is dead stays while it is (wf_dead_node).
-  if st ~= 'failed' or not wf_dead_node(P, wk, wf) then
+  -- A workflow whose node's run is dead stays while it is (wf_dead_node): a failed one,
+  -- or one cancelled after that node failed (a succeeded one has no failed node).
+  if st == 'succeeded' or not wf_dead_node(P, wk, wf) then
     redis.call('PEXPIRE', wk, retention)
   end
   -- P..'stats' 'w:<state>': workflows ended (shard.Store.WorkflowCounts).
