@@ -166,8 +166,11 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 	children := w.Children()
 	// The definition hash is the graph's, whatever order its nodes and each node's
 	// parents were given in: each node's line (its id first) with its parents sorted,
-	// the lines sorted.
+	// the lines sorted. A workflow stored by an earlier version has the hash of its
+	// nodes' lines in their normalised order, parents as listed (legacy): sent again as
+	// it was then, it is the same definition too.
 	lines := make([]string, len(w.Jobs))
+	legacy := xxhash.New()
 	args := []string{s.keys.Prefix(id), w.ID, "", def, string(overlap), s.cfg.packArg(), strconv.Itoa(len(w.Jobs))}
 	for i := range w.Jobs {
 		n := &w.Jobs[i]
@@ -180,6 +183,7 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 		args = append(args, e.def...)
 		sorted := slices.Sorted(slices.Values(n.DependsOn))
 		lines[i] = n.ID + "\x00" + string(n.Rule) + "\x00" + strings.Join(sorted, ",") + "\x00" + e.dh + "\x00"
+		_, _ = legacy.WriteString(n.ID + "\x00" + string(n.Rule) + "\x00" + parents + "\x00" + e.dh + "\x00")
 	}
 	slices.Sort(lines)
 	h := xxhash.New()
@@ -203,7 +207,7 @@ func (s *Store) createInstance(ctx context.Context, w *job.Workflow, def string,
 	res.State = job.WorkflowState(str(reply[1]))
 	res.Created = status == 1
 	res.Skipped = status == 2
-	res.Conflict = status == 0 && str(reply[2]) != dh
+	res.Conflict = status == 0 && str(reply[2]) != dh && str(reply[2]) != strconv.FormatUint(legacy.Sum64(), 36)
 	res.Held = res.Created && def != "" && overlap == job.OverlapBufferOne && s.heldInstance(ctx, id, w.ID)
 	s.publish(ctx, s.readySignals(nil, id, strs(reply[3])))
 	if replErr != nil {

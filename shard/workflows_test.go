@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
@@ -1760,5 +1761,45 @@ func TestWorkflow_CancelledHashStaysWhileANodesRunIsDead(t *testing.T) {
 		require.Equal(t, int64(-1), ttl(wk), "no expiry while a node's run is dead")
 		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "cd@a")))
 		require.Positive(t, ttl(wk))
+	})
+}
+
+// A workflow created before the definition hash ignored order (its 'dh' taken over its
+// nodes in their normalised order, parents as listed) is still the same definition when
+// sent again as it was first sent: a client's retry of a create across an upgrade is
+// 200, not a 409 naming no node. The stored hash is written here as that code wrote it.
+func TestWorkflow_CreatedBeforeTheOrderFreeHashIsTheSameDefinition(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, NoPack: true})
+		c := b.Client(t)
+		def := func() *job.Workflow {
+			return &job.Workflow{ID: "old", Jobs: []job.Node{node("extract"), node("transform", "extract"),
+				node("load", "transform"), node("report", "load", "extract")}}
+		}
+		w := def()
+		res, err := s.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		h := xxhash.New()
+		for _, n := range w.Jobs {
+			dh, err := c.Do(ctx, c.B().Hget().Key(s.Keys().Job(0, "old@"+n.ID)).Field("dh").Build()).ToString()
+			require.NoError(t, err)
+			for _, f := range []string{n.ID, string(n.Rule), strings.Join(n.DependsOn, ","), dh} {
+				_, _ = h.WriteString(f)
+				_, _ = h.Write([]byte{0})
+			}
+		}
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(s.Keys().Workflow(0, "old")).FieldValue().
+			FieldValue("dh", strconv.FormatUint(h.Sum64(), 36)).Build()).Error())
+		res, err = s.CreateWorkflow(ctx, def())
+		require.NoError(t, err)
+		require.False(t, res.Created)
+		require.False(t, res.Conflict, "the same definition, hashed by the earlier code")
+		w = def()
+		w.Jobs[2].Job.Payload = []byte(`"other"`)
+		res, err = s.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		require.True(t, res.Conflict, "another definition")
 	})
 }
