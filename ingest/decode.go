@@ -131,8 +131,9 @@ func valuePath(body []byte, off int64, field string) string {
 	under := func(p string) bool {
 		var b strings.Builder
 		for i := 0; i < len(p); i++ {
-			if p[i] == '[' {
-				i += strings.IndexByte(p[i:], ']')
+			// An index; a '[' of a key (a header's name) with no ']' after it is kept.
+			if j := strings.IndexByte(p[i:], ']'); p[i] == '[' && j > 0 {
+				i += j
 				continue
 			}
 			b.WriteByte(p[i])

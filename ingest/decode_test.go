@@ -243,3 +243,22 @@ func TestDecodeRequest_NamesTheItem(t *testing.T) {
 	require.ErrorContains(t, err, "jobs[1].depends_on[1]: must be")
 	require.EqualError(t, DecodeRequest([]byte(`{"jobs":[],"x":1}`), &req), "x: unknown field")
 }
+
+// A value of the wrong type under a key holding a '[' (a push target's header name is
+// the user's) is named, not looped on for ever: valuePath skipped to the next ']' and,
+// with none, stood still at the '['.
+func TestJSONError_KeyWithABracket(t *testing.T) {
+	done := make(chan *apiError, 1)
+	go func() {
+		var req JobRequest
+		done <- decodeJSON([]byte(`{"id":"a","type":"t","target":{"url":"http://x","headers":{"a[":5}}}`), &req)
+	}()
+	select {
+	case aerr := <-done:
+		if aerr == nil || aerr.field != "target.headers.a[" {
+			t.Fatalf("got %+v", aerr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("decodeJSON does not return")
+	}
+}
