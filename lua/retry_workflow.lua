@@ -135,7 +135,7 @@ for k = 1, #results, 1000 do
 end
 redis.call('PERSIST', wk)
 redis.call('HSET', wk, 'st', 'running', 'left', #reset, 'bad', 0)
-redis.call('HDEL', wk, 'en', 'hold')
+redis.call('HDEL', wk, 'en', 'hold', 'dd')
 stat('w', 'retried', 1)
 if def then
   redis.call('HSET', dk, 'act', rl_add(rl_del(redis.call('HGET', dk, 'act') or ',', wf), wf))

@@ -1803,3 +1803,58 @@ func TestWorkflow_CreatedBeforeTheOrderFreeHashIsTheSameDefinition(t *testing.T)
 		require.True(t, res.Conflict, "another definition")
 	})
 }
+
+// Deleting a dead run of a large failed workflow costs a few commands, however many
+// nodes it has: a bulk delete of its dead runs (POST /v1/dead:bulk) is no scan of every
+// node per run. Each delete read every node's state and the jobs of the failed ones
+// until it found one still dead: 4,000 dead nodes took 50 s of Redis time to delete,
+// each call blocking it for up to 20 ms.
+func TestWorkflow_DeletingADeadNodeRunScansNoNodes(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		if b.Name != redistest.Server {
+			t.Skip("counts the server's commands (INFO commandstats)")
+		}
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
+		c := b.Client(t)
+		calls := func() int {
+			info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+			require.NoError(t, err)
+			n := 0
+			for _, line := range strings.Split(info, "\n") {
+				if _, rest, ok := strings.Cut(line, ":calls="); ok {
+					v, _, _ := strings.Cut(rest, ",")
+					k, err := strconv.Atoi(v)
+					require.NoError(t, err)
+					n += k
+				}
+			}
+			return n
+		}
+		const n = 300
+		var nodes []job.Node
+		for i := 0; i < n; i++ {
+			nodes = append(nodes, node(fmt.Sprintf("n%03d", i)))
+		}
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "dd", Jobs: nodes})
+		require.NoError(t, err)
+		r := &wfRunner{t: t, s: s, wf: "dd", outcome: func(string) shard.Outcome { return shard.Failed }}
+		require.Equal(t, job.WorkflowFailed, r.run(ctx).State)
+		wk := s.Keys().Workflow(0, "dd")
+		most := 0
+		for i := 0; i < n; i++ {
+			member := deadMember(t, s, fmt.Sprintf("dd@n%03d", i))
+			before := calls()
+			require.NoError(t, s.DeleteDead(ctx, member))
+			most = max(most, calls()-before-1) // less the INFO
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(wk).Build()).AsInt64()
+			require.NoError(t, err)
+			if i < n-1 {
+				require.Equal(t, int64(-1), pttl, "%d of %d dead runs deleted", i+1, n)
+			} else {
+				require.Positive(t, pttl, "the last dead run deleted")
+			}
+		}
+		require.Less(t, most, 30, "commands of one delete")
+	})
+}

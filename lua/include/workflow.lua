@@ -14,6 +14,8 @@
 --     'ov'     a scheduled instance's overlap policy (retry_workflow checks it)
 --     'hold'   '1' while a buffered instance waits for its definition's active one
 --              (overlap buffer_one): its roots are released when that one ends
+--     'dd'     an ended workflow's nodes whose runs are in the dead-letter set, while
+--              there are any: it has no expiry meanwhile (wf_finished, wf_dead_deleted)
 --     's:'..n  node n's state, wf_get's form: "state|rule|np|ok|bad|skip|rel|end|att"
 --              state   waiting (its rule undecided), released (its job runs its course:
 --                      the job says ready, running or retrying), succeeded, failed,
@@ -207,26 +209,27 @@ local function wf_hset(key, kv)
   end
 end
 
--- wf_dead_node reports whether a node of workflow wf (hash wk) has a run in the
--- dead-letter set: the node failed and its job is dead without an expiry (deleting the
--- dead run gives the job one: delete_dead). A dead job never expires by itself: the
+-- wf_dead_count returns how many nodes of workflow wf (hash wk) have a run in the
+-- dead-letter set: nodes that failed and whose jobs are dead without an expiry (deleting
+-- the dead run gives the job one: delete_dead). A dead job never expires by itself: the
 -- dead-letter set is the user's to clear, here by a retry of the workflow or a delete
--- of the run, so the workflow stays as long (wf_finished, wf_dead_deleted).
-local function wf_dead_node(P, wk, wf)
+-- of the run, so the workflow stays as long: wf_finished counts them once, in 'dd', and
+-- wf_dead_deleted counts them down (a delete is no scan of a large workflow's nodes).
+local function wf_dead_count(P, wk, wf)
   local names, fields = {}, {}
   for node in string.gmatch(redis.call('HGET', wk, 'nodes') or '', '[^,]+') do
     names[#names + 1], fields[#fields + 1] = node, 's:' .. node
   end
-  local states = wf_hmget(wk, fields)
+  local states, dead = wf_hmget(wk, fields), 0
   for k, node in ipairs(names) do
     if string.sub(states[k] or '', 1, 7) == 'failed|' then
       local jobKey = P .. 'job:' .. wf .. '@' .. node
       if redis.call('HGET', jobKey, 'st') == 'dead' and redis.call('PTTL', jobKey) == -1 then
-        return true
+        dead = dead + 1
       end
     end
   end
-  return false
+  return dead
 end
 
 -- wf_outlive keeps the hash of node job id's workflow, once it ended (it has an expiry
@@ -248,8 +251,8 @@ end
 
 -- wf_dead_deleted follows a delete of node job id's dead run (delete_dead), which gives
 -- the job its expiry, retention from now: its workflow, once it ended, expires no
--- earlier, and kept without an expiry while a node's run was dead (wf_finished), expires
--- then unless another node's run still is.
+-- earlier, and kept without an expiry while nodes' runs were dead (wf_finished's 'dd'),
+-- expires then unless another node's run still is.
 local function wf_dead_deleted(P, id, retention)
   local wf = wf_split(id)
   if not wf then
@@ -258,7 +261,18 @@ local function wf_dead_deleted(P, id, retention)
   local wk = P .. 'wf:' .. wf
   if redis.call('PTTL', wk) ~= -1 then
     wf_outlive(P, id, retention)
-  elseif redis.call('HGET', wk, 'en') and not wf_dead_node(P, wk, wf) then
+    return
+  end
+  local w = redis.call('HMGET', wk, 'en', 'dd')
+  if not w[1] then
+    return
+  end
+  -- Without 'dd' (none should be), the nodes are counted.
+  local left = w[2] and tonumber(w[2]) - 1 or wf_dead_count(P, wk, wf)
+  if left > 0 then
+    redis.call('HSET', wk, 'dd', left)
+  else
+    redis.call('HDEL', wk, 'dd')
     redis.call('PEXPIRE', wk, retention)
   end
 end
@@ -320,9 +334,12 @@ local function wf_finished(P, wk, wf, now, nowStr, retention, st)
     st = wf_end_state(w[1], tonumber(w[2]) or 0)
     redis.call('HSET', wk, 'st', st, 'en', nowStr)
   end
-  -- A workflow whose node's run is dead stays while it is (wf_dead_node): a failed one,
-  -- or one cancelled after that node failed (a succeeded one has no failed node).
-  if st == 'succeeded' or not wf_dead_node(P, wk, wf) then
+  -- A workflow whose nodes' runs are dead stays while one is (wf_dead_count): a failed
+  -- one, or one cancelled after such a node failed (a succeeded one has no failed node).
+  local dead = st ~= 'succeeded' and wf_dead_count(P, wk, wf) or 0
+  if dead > 0 then
+    redis.call('HSET', wk, 'dd', dead)
+  else
     redis.call('PEXPIRE', wk, retention)
   end
   -- P..'stats' 'w:<state>': workflows ended (shard.Store.WorkflowCounts).
