@@ -28,7 +28,8 @@ import (
 type Scope string
 
 // Token scopes. Write includes read and worker; worker may only call the run endpoints
-// (/v1/runs…) and the health checks.
+// (/v1/runs…), read workflow nodes' results (GET /v1/workflows/{id}/nodes/{node}/result)
+// and the health checks.
 const (
 	ScopeRead   Scope = "read"
 	ScopeWrite  Scope = "write"
