@@ -321,19 +321,29 @@ func TestRedisCost(t *testing.T) {
 		return string(out), 0
 	}
 
-	msg, code := run("lots")
-	require.Equal(t, 2, code, msg)
-	require.Contains(t, msg, "usage")
+	for _, args := range [][]string{{"lots"}, {"128", "0"}, {"128", "8", "1"}} {
+		msg, code := run(args...)
+		require.Equal(t, 2, code, msg)
+		require.Contains(t, msg, "usage")
+	}
 
-	out, code := run("128")
+	out, code := run("128", "16")
 	require.Equal(t, 0, code, out)
 	var got struct {
-		Jobs   int
-		PerRun map[string]float64 `json:"instructions_per_run"`
-		PerEmp map[string]float64 `json:"instructions_per_empty_call"`
+		Jobs     int
+		PerRun   map[string]float64 `json:"instructions_per_run"`
+		PerEmp   map[string]float64 `json:"instructions_per_empty_call"`
+		Chains   int
+		PerChain map[string]float64 `json:"instructions_per_chain"`
+		PerNode  map[string]float64 `json:"instructions_per_node"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Equal(t, 128, got.Jobs)
+	require.Equal(t, 16, got.Chains)
+	require.Greater(t, got.PerChain["create"], 5000.0, out)
+	for _, step := range []string{"claim", "ack"} {
+		require.Greater(t, got.PerNode[step], 5000.0, "node %s: %s", step, out)
+	}
 	// A script call alone takes thousands of instructions: a smaller count means a step
 	// was not measured.
 	for _, step := range []string{"create", "fire", "claim", "ack"} {

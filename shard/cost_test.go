@@ -232,3 +232,104 @@ func redisCPU(b *testing.B, c rueidis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// BenchmarkRedisCostChains is BenchmarkRedisCost for workflow nodes: b.N three-node chain
+// workflows (a → b → c, as `tock bench workflow`'s chains) are created, and then their
+// nodes are claimed and acked in rounds until all have run, each ack releasing the next
+// node of its chain in the same call. scripts/redis-cost.sh counts its instructions per
+// chain created and per node claimed and acked (callgrind dumps "chain-start",
+// "chain-create", "chain-claim" and "chain-ack").
+func BenchmarkRedisCostChains(b *testing.B) {
+	backend := redistest.Backend{Name: redistest.Server, Addrs: []string{os.Getenv("TOCK_COST_ADDR")}}
+	if backend.Addrs[0] == "" {
+		backend = redistest.ServerBackend(b)
+	}
+	dump := func(step string) {
+		if pid := os.Getenv("TOCK_COST_CALLGRIND"); pid != "" {
+			if out, err := exec.Command("callgrind_control", "--dump="+step, pid).CombinedOutput(); err != nil {
+				b.Fatalf("callgrind_control --dump=%s %s: %v: %s", step, pid, err, out)
+			}
+		}
+	}
+	ctx := context.Background()
+	c := backend.Client(b)
+	s, err := shard.Open(ctx, c, shard.Config{Namespace: redistest.Namespace(b, backend), Shards: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const claimBatch = 64
+	n := b.N
+	b.ResetTimer()
+	dump("chain-start")
+	cpu0 := redisCPU(b, c)
+	for i := range n {
+		w := &job.Workflow{ID: "w" + strconv.Itoa(i), Jobs: []job.Node{
+			{Job: job.Job{ID: "a", Type: "noop"}},
+			{Job: job.Job{ID: "b", Type: "noop"}, DependsOn: []string{"a"}},
+			{Job: job.Job{ID: "c", Type: "noop"}, DependsOn: []string{"b"}},
+		}}
+		if _, err := s.CreateWorkflow(ctx, w); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu1 := redisCPU(b, c)
+	dump("chain-create")
+
+	ids := make([]shard.ID, 64)
+	for i := range ids {
+		ids[i] = shard.ID(i)
+	}
+	var claimCPU, ackCPU time.Duration
+	for got := 0; got < 3*n; {
+		reqs := make([]shard.ClaimRequest, len(ids))
+		for i, id := range ids {
+			reqs[i] = shard.ClaimRequest{Shard: id, Queue: "default", N: claimBatch}
+		}
+		t0 := redisCPU(b, c)
+		var claimed []shard.ClaimResult
+		round := 0
+		for _, r := range s.ClaimMany(ctx, reqs, "cost", "n1") {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			if len(r.Runs) > 0 {
+				claimed = append(claimed, r)
+				round += len(r.Runs)
+			}
+		}
+		t1 := redisCPU(b, c)
+		dump("chain-claim")
+		if round == 0 {
+			b.Fatalf("claimed %d of %d nodes", got, 3*n)
+		}
+		got += round
+		for _, r := range claimed {
+			fs := make([]shard.Finish, len(r.Runs))
+			for i, run := range r.Runs {
+				fs[i] = shard.Finish{Member: run.Member, Token: run.Token, Outcome: shard.Succeeded}
+			}
+			errs, err := s.FinishRuns(ctx, r.Runs[0].Shard, fs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, e := range errs {
+				if e != nil {
+					b.Fatal(e)
+				}
+			}
+		}
+		t2 := redisCPU(b, c)
+		dump("chain-ack")
+		claimCPU += t1 - t0
+		ackCPU += t2 - t1
+	}
+	b.StopTimer()
+	w, err := s.Workflow(ctx, "w0")
+	if err != nil || w.State != job.WorkflowSucceeded {
+		b.Fatalf("chain w0: %v, %v", w, err)
+	}
+	nodes := float64(3 * n)
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "create-µs/chain")
+	b.ReportMetric(float64(claimCPU.Microseconds())/nodes, "claim-µs/node")
+	b.ReportMetric(float64(ackCPU.Microseconds())/nodes, "ack-µs/node")
+}
