@@ -91,6 +91,14 @@ func noXSS(t *testing.T, ctx context.Context, want ...string) {
 // noConfirm makes the page's confirm() answer yes (a headless browser has nobody to ask).
 var noConfirm = chromedp.Evaluate(`window.confirm = () => true`, nil)
 
+// clickLive clicks the element sel finds in one step of the page's script, once there is
+// one: a live update may replace a page's buttons between the steps of chromedp.Click
+// (find the node, find its box, press), which then fails with "Could not find node with
+// given id".
+func clickLive(sel string) chromedp.Action {
+	return chromedp.Poll(`(() => { const e = document.querySelector(`+strconv.Quote(sel)+`); if (!e) return false; e.click(); return true })()`, nil)
+}
+
 func TestBrowser_Dashboard(t *testing.T) {
 	path := chromium(t)
 	// The cron previews are computed as of a few days before the March 2027 DST change.
@@ -205,7 +213,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 			return errors.Is(err, shard.ErrNotFound)
 		}
 		run(t, chromedp.Navigate(base+"/ui/jobs/bulk-4"), chromedp.WaitVisible("#act-delete", chromedp.ByID), noConfirm,
-			chromedp.Click("#act-delete", chromedp.ByID), chromedp.WaitVisible("#jobs", chromedp.ByID))
+			clickLive("#act-delete"), chromedp.WaitVisible("#jobs", chromedp.ByID))
 		var url string
 		run(t, chromedp.Location(&url))
 		require.Equal(t, base+"/ui/jobs", url, "back to the search: the job is gone")
@@ -326,11 +334,11 @@ func TestBrowser_Dashboard(t *testing.T) {
 		run(t, chromedp.AttributeValue("body", "data-updates", &updates, nil, chromedp.ByQuery))
 		require.NotEmpty(t, updates)
 		// And a button of the page acts.
-		run(t, chromedp.Click("#act-resume", chromedp.ByID), chromedp.WaitVisible("#act-pause", chromedp.ByID))
+		run(t, clickLive("#act-resume"), chromedp.WaitVisible("#act-pause", chromedp.ByID))
 		require.Equal(t, job.StateScheduled, state("nightly"))
 		// Cancel from a job's page: its state changes on the page, without a reload.
 		run(t, chromedp.Navigate(base+"/ui/jobs/bulk-2"), chromedp.WaitVisible("#act-cancel", chromedp.ByID), noConfirm,
-			chromedp.Evaluate(`window.__loaded = true`, nil), chromedp.Click("#act-cancel", chromedp.ByID),
+			chromedp.Evaluate(`window.__loaded = true`, nil), clickLive("#act-cancel"),
 			chromedp.WaitVisible("#job-state.cancelled", chromedp.ByQuery))
 		var same bool
 		run(t, chromedp.Evaluate(`window.__loaded === true`, &same))
@@ -488,7 +496,7 @@ func TestBrowser_Workflow(t *testing.T) {
 	require.True(t, notReloaded, "updated in place, without a reload")
 
 	// Cancel from the page: the state becomes cancelled, on the page and in the store.
-	run(noConfirm, chromedp.Click("#act-cancel", chromedp.ByID), chromedp.WaitVisible("#wf-state.cancelled", chromedp.ByQuery),
+	run(noConfirm, clickLive("#act-cancel"), chromedp.WaitVisible("#wf-state.cancelled", chromedp.ByQuery),
 		state("alert", "cancelled"), chromedp.WaitVisible("#act-retry", chromedp.ByID))
 	w, err := store.Workflow(bg, wf)
 	require.NoError(t, err)
@@ -593,7 +601,7 @@ func TestBrowser_WorkflowActionRefused(t *testing.T) {
 	defer cancel()
 	var status string
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/workflows/"+first.ID), chromedp.WaitVisible("#act-retry", chromedp.ByID),
-		chromedp.Click("#act-retry", chromedp.ByID), chromedp.WaitVisible("#action-status", chromedp.ByID),
+		clickLive("#act-retry"), chromedp.WaitVisible("#action-status", chromedp.ByID),
 		chromedp.Poll(`!document.getElementById("action-status").textContent.endsWith("…")`, nil),
 		chromedp.Text("#action-status", &status, chromedp.ByID)))
 	require.Contains(t, status, "retry failed")
