@@ -92,11 +92,14 @@ func noXSS(t *testing.T, ctx context.Context, want ...string) {
 var noConfirm = chromedp.Evaluate(`window.confirm = () => true`, nil)
 
 // clickLive clicks the element sel finds in one step of the page's script, once there is
-// one: a live update may replace a page's buttons between the steps of chromedp.Click
-// (find the node, find its box, press), which then fails with "Could not find node with
-// given id".
+// one and the page has loaded: a live update may replace a page's buttons between the
+// steps of chromedp.Click (find the node, find its box, press), which then fails with
+// "Could not find node with given id"; and a button visible before the page's script
+// ran posts its form without it (the page without script), which the test does not
+// expect.
 func clickLive(sel string) chromedp.Action {
-	return chromedp.Poll(`(() => { const e = document.querySelector(`+strconv.Quote(sel)+`); if (!e) return false; e.click(); return true })()`, nil)
+	return chromedp.Poll(`(() => { const e = document.querySelector(`+strconv.Quote(sel)+`);
+		if (!e || document.readyState !== "complete") return false; e.click(); return true })()`, nil)
 }
 
 func TestBrowser_Dashboard(t *testing.T) {
