@@ -34,24 +34,9 @@ import (
 // tests start) with its pid in TOCK_COST_CALLGRIND, and the benchmark has callgrind dump
 // its counters after each step.
 func BenchmarkRedisCost(b *testing.B) {
-	backend := redistest.Backend{Name: redistest.Server, Addrs: []string{os.Getenv("TOCK_COST_ADDR")}}
-	if backend.Addrs[0] == "" {
-		backend = redistest.ServerBackend(b)
-	}
-	dump := func(step string) {
-		if pid := os.Getenv("TOCK_COST_CALLGRIND"); pid != "" {
-			if out, err := exec.Command("callgrind_control", "--dump="+step, pid).CombinedOutput(); err != nil {
-				b.Fatalf("callgrind_control --dump=%s %s: %v: %s", step, pid, err, out)
-			}
-		}
-	}
 	ctx := context.Background()
-	c := backend.Client(b)
-	s, err := shard.Open(ctx, c, shard.Config{Namespace: redistest.Namespace(b, backend), Shards: 64})
-	if err != nil {
-		b.Fatal(err)
-	}
-	const createBatch, claimBatch = 1000, 64
+	s, c, dump := costSetup(b)
+	const createBatch = 1000
 	n := b.N
 	body := []byte(strings.Repeat("x", 100))
 	b.ResetTimer()
@@ -119,53 +104,8 @@ func BenchmarkRedisCost(b *testing.B) {
 		b.Fatalf("fired %d of %d", fired, n)
 	}
 
-	// Claims and acks alternate, a round of each at a time, as under a worker: in-flight
-	// sets stay as small as a worker's claims keep them. Each round's CPU time is added
-	// to its step's, and each dumps its own callgrind part (redis-cost.sh adds them up).
-	var claimCPU, ackCPU time.Duration
-	for got := 0; got < n; {
-		reqs := make([]shard.ClaimRequest, len(ids))
-		for i, id := range ids {
-			reqs[i] = shard.ClaimRequest{Shard: id, Queue: "default", N: claimBatch}
-		}
-		t0 := redisCPU(b, c)
-		var claimed []shard.ClaimResult
-		round := 0
-		for _, r := range s.ClaimMany(ctx, reqs, "cost", "n1") {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-			if len(r.Runs) > 0 {
-				claimed = append(claimed, r)
-				round += len(r.Runs)
-			}
-		}
-		t1 := redisCPU(b, c)
-		dump("claim")
-		if round == 0 {
-			b.Fatalf("claimed %d of %d", got, n)
-		}
-		got += round
-		for _, r := range claimed {
-			fs := make([]shard.Finish, len(r.Runs))
-			for i, run := range r.Runs {
-				fs[i] = shard.Finish{Member: run.Member, Token: run.Token, Outcome: shard.Succeeded}
-			}
-			errs, err := s.FinishRuns(ctx, r.Runs[0].Shard, fs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, e := range errs {
-				if e != nil {
-					b.Fatal(e)
-				}
-			}
-		}
-		t2 := redisCPU(b, c)
-		dump("ack")
-		claimCPU += t1 - t0
-		ackCPU += t2 - t1
-	}
+	// Claims and acks alternate, a round of each at a time, as under a worker.
+	claimCPU, ackCPU := claimAndAck(b, s, c, ids, n, dump, "claim", "ack")
 	// The fixed cost of a call that finds nothing to do, as most calls at a steady 20,000
 	// fires/s carry only a few runs: fire on a shard with nothing due, claim from an
 	// empty queue, ack nothing. Each repeated `calls` times, 64 calls per pipeline.
@@ -240,24 +180,8 @@ func redisCPU(b *testing.B, c rueidis.Client) time.Duration {
 // chain created and per node claimed and acked (callgrind dumps "chain-start",
 // "chain-create", "chain-claim" and "chain-ack").
 func BenchmarkRedisCostChains(b *testing.B) {
-	backend := redistest.Backend{Name: redistest.Server, Addrs: []string{os.Getenv("TOCK_COST_ADDR")}}
-	if backend.Addrs[0] == "" {
-		backend = redistest.ServerBackend(b)
-	}
-	dump := func(step string) {
-		if pid := os.Getenv("TOCK_COST_CALLGRIND"); pid != "" {
-			if out, err := exec.Command("callgrind_control", "--dump="+step, pid).CombinedOutput(); err != nil {
-				b.Fatalf("callgrind_control --dump=%s %s: %v: %s", step, pid, err, out)
-			}
-		}
-	}
 	ctx := context.Background()
-	c := backend.Client(b)
-	s, err := shard.Open(ctx, c, shard.Config{Namespace: redistest.Namespace(b, backend), Shards: 64})
-	if err != nil {
-		b.Fatal(err)
-	}
-	const claimBatch = 64
+	s, c, dump := costSetup(b)
 	n := b.N
 	b.ResetTimer()
 	dump("chain-start")
@@ -279,8 +203,53 @@ func BenchmarkRedisCostChains(b *testing.B) {
 	for i := range ids {
 		ids[i] = shard.ID(i)
 	}
-	var claimCPU, ackCPU time.Duration
-	for got := 0; got < 3*n; {
+	claimCPU, ackCPU := claimAndAck(b, s, c, ids, 3*n, dump, "chain-claim", "chain-ack")
+	b.StopTimer()
+	w, err := s.Workflow(ctx, "w0")
+	if err != nil || w.State != job.WorkflowSucceeded {
+		b.Fatalf("chain w0: %v, %v", w, err)
+	}
+	nodes := float64(3 * n)
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "create-µs/chain")
+	b.ReportMetric(float64(claimCPU.Microseconds())/nodes, "claim-µs/node")
+	b.ReportMetric(float64(ackCPU.Microseconds())/nodes, "ack-µs/node")
+}
+
+// claimBatch is the runs a cost benchmark's claim asks each shard for, as a worker's
+// claim round does.
+const claimBatch = 64
+
+// costSetup opens a store of 64 shards on the server of TOCK_COST_ADDR (else one the
+// tests start), and returns it, its client and dump, which has callgrind (the pid in
+// TOCK_COST_CALLGRIND, when set) dump its counters as the step it names.
+func costSetup(b *testing.B) (*shard.Store, rueidis.Client, func(step string)) {
+	backend := redistest.Backend{Name: redistest.Server, Addrs: []string{os.Getenv("TOCK_COST_ADDR")}}
+	if backend.Addrs[0] == "" {
+		backend = redistest.ServerBackend(b)
+	}
+	dump := func(step string) {
+		if pid := os.Getenv("TOCK_COST_CALLGRIND"); pid != "" {
+			if out, err := exec.Command("callgrind_control", "--dump="+step, pid).CombinedOutput(); err != nil {
+				b.Fatalf("callgrind_control --dump=%s %s: %v: %s", step, pid, err, out)
+			}
+		}
+	}
+	c := backend.Client(b)
+	s, err := shard.Open(context.Background(), c, shard.Config{Namespace: redistest.Namespace(b, backend), Shards: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, c, dump
+}
+
+// claimAndAck claims and acks n runs of the shards ids in rounds, as under a worker: a
+// claim of up to claimBatch runs from every shard, then an ack of all of them (in-flight
+// sets stay as small as a worker's claims keep them). It returns the Redis CPU time of
+// the claims and of the acks; each round dumps its own callgrind parts, claimStep and
+// ackStep (redis-cost.sh adds them up).
+func claimAndAck(b *testing.B, s *shard.Store, c rueidis.Client, ids []shard.ID, n int, dump func(string), claimStep, ackStep string) (claimCPU, ackCPU time.Duration) {
+	ctx := context.Background()
+	for got := 0; got < n; {
 		reqs := make([]shard.ClaimRequest, len(ids))
 		for i, id := range ids {
 			reqs[i] = shard.ClaimRequest{Shard: id, Queue: "default", N: claimBatch}
@@ -298,9 +267,9 @@ func BenchmarkRedisCostChains(b *testing.B) {
 			}
 		}
 		t1 := redisCPU(b, c)
-		dump("chain-claim")
+		dump(claimStep)
 		if round == 0 {
-			b.Fatalf("claimed %d of %d nodes", got, 3*n)
+			b.Fatalf("claimed %d of %d", got, n)
 		}
 		got += round
 		for _, r := range claimed {
@@ -319,17 +288,9 @@ func BenchmarkRedisCostChains(b *testing.B) {
 			}
 		}
 		t2 := redisCPU(b, c)
-		dump("chain-ack")
+		dump(ackStep)
 		claimCPU += t1 - t0
 		ackCPU += t2 - t1
 	}
-	b.StopTimer()
-	w, err := s.Workflow(ctx, "w0")
-	if err != nil || w.State != job.WorkflowSucceeded {
-		b.Fatalf("chain w0: %v, %v", w, err)
-	}
-	nodes := float64(3 * n)
-	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(n), "create-µs/chain")
-	b.ReportMetric(float64(claimCPU.Microseconds())/nodes, "claim-µs/node")
-	b.ReportMetric(float64(ackCPU.Microseconds())/nodes, "ack-µs/node")
+	return claimCPU, ackCPU
 }

@@ -1530,11 +1530,6 @@ func TestWorkflow_HashOutlivesACancelledNodesLateReport(t *testing.T) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
 		c := b.Client(t)
-		expireAt := func(key string) int64 {
-			v, err := c.Do(ctx, c.B().Pexpiretime().Key(key).Build()).AsInt64()
-			require.NoError(t, err)
-			return v
-		}
 		for _, o := range []shard.Outcome{shard.Succeeded, shard.Failed} {
 			wf := "late-" + string(o)
 			_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: wf, Jobs: []job.Node{node("a"), node("b", "a")}})
@@ -1553,7 +1548,7 @@ func TestWorkflow_HashOutlivesACancelledNodesLateReport(t *testing.T) {
 			errs, err := s.FinishRuns(ctx, 0, []shard.Finish{{Member: runs[0].Member, Token: runs[0].Token, Outcome: o, Error: "late"}})
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
-			jobAt, wfAt := expireAt(s.Keys().Job(0, wf+"@a")), expireAt(s.Keys().Workflow(0, wf))
+			jobAt, wfAt := keyExpireAt(t, c, s.Keys().Job(0, wf+"@a")), keyExpireAt(t, c, s.Keys().Workflow(0, wf))
 			require.Positive(t, jobAt)
 			require.GreaterOrEqual(t, wfAt, jobAt, "the workflow hash expires after its node's job")
 			w, err := s.Workflow(ctx, wf)
@@ -1646,11 +1641,6 @@ func TestWorkflow_HashStaysWhileANodesRunIsDead(t *testing.T) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
 		c := b.Client(t)
-		ttl := func(key string) int64 {
-			v, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
-			require.NoError(t, err)
-			return v
-		}
 		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "dn", Jobs: []job.Node{node("a"), node("x"), node("b", "a")}})
 		require.NoError(t, err)
 		r := &wfRunner{t: t, s: s, wf: "dn", outcome: func(n string) shard.Outcome {
@@ -1661,20 +1651,15 @@ func TestWorkflow_HashStaysWhileANodesRunIsDead(t *testing.T) {
 		}}
 		require.Equal(t, job.WorkflowFailed, r.run(ctx).State)
 		wk := s.Keys().Workflow(0, "dn")
-		require.Equal(t, int64(-1), ttl(wk), "no expiry while a node's run is dead")
+		require.Equal(t, int64(-1), keyTTL(t, c, wk), "no expiry while a node's run is dead")
 
 		var ne *shard.NodeError
 		require.ErrorAs(t, s.RequeueDead(ctx, deadMember(t, s, "dn@a")), &ne)
 		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "dn@a")))
-		require.Equal(t, int64(-1), ttl(wk), "x's run is still dead")
+		require.Equal(t, int64(-1), keyTTL(t, c, wk), "x's run is still dead")
 		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "dn@x")))
 		// When each expires (not what is left of it: the two reads are apart).
-		expireAt := func(key string) int64 {
-			v, err := c.Do(ctx, c.B().Pexpiretime().Key(key).Build()).AsInt64()
-			require.NoError(t, err)
-			return v
-		}
-		jobAt, wfAt := expireAt(s.Keys().Job(0, "dn@x")), expireAt(wk)
+		jobAt, wfAt := keyExpireAt(t, c, s.Keys().Job(0, "dn@x")), keyExpireAt(t, c, wk)
 		require.Positive(t, jobAt)
 		require.GreaterOrEqual(t, wfAt, jobAt, "the workflow outlives its nodes' jobs")
 		w, err := s.Workflow(ctx, "dn")
@@ -1734,11 +1719,6 @@ func TestWorkflow_CancelledHashStaysWhileANodesRunIsDead(t *testing.T) {
 		ctx := context.Background()
 		s := open(t, b, shard.Config{Shards: 1, Retention: time.Hour})
 		c := b.Client(t)
-		ttl := func(key string) int64 {
-			v, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
-			require.NoError(t, err)
-			return v
-		}
 		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "cd", Jobs: []job.Node{node("a"), node("x"), node("b", "x")}})
 		require.NoError(t, err)
 		runs, err := s.Claim(ctx, 0, "default", 10, "w", "n")
@@ -1757,10 +1737,10 @@ func TestWorkflow_CancelledHashStaysWhileANodesRunIsDead(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, job.WorkflowCancelled, w.State)
 		wk := s.Keys().Workflow(0, "cd")
-		require.Equal(t, int64(-1), ttl(s.Keys().Job(0, "cd@a")), "a dead job has no expiry")
-		require.Equal(t, int64(-1), ttl(wk), "no expiry while a node's run is dead")
+		require.Equal(t, int64(-1), keyTTL(t, c, s.Keys().Job(0, "cd@a")), "a dead job has no expiry")
+		require.Equal(t, int64(-1), keyTTL(t, c, wk), "no expiry while a node's run is dead")
 		require.NoError(t, s.DeleteDead(ctx, deadMember(t, s, "cd@a")))
-		require.Positive(t, ttl(wk))
+		require.Positive(t, keyTTL(t, c, wk))
 	})
 }
 
@@ -1857,4 +1837,20 @@ func TestWorkflow_DeletingADeadNodeRunScansNoNodes(t *testing.T) {
 		}
 		require.Less(t, most, 30, "commands of one delete")
 	})
+}
+
+// keyTTL is key's PTTL: ms left, -1 no expiry, -2 no key.
+func keyTTL(t *testing.T, c rueidis.Client, key string) int64 {
+	t.Helper()
+	v, err := c.Do(context.Background(), c.B().Pttl().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	return v
+}
+
+// keyExpireAt is key's PEXPIRETIME: when it expires (Unix ms), -1 never, -2 no key.
+func keyExpireAt(t *testing.T, c rueidis.Client, key string) int64 {
+	t.Helper()
+	v, err := c.Do(context.Background(), c.B().Pexpiretime().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	return v
 }
