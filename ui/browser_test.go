@@ -91,6 +91,20 @@ func noXSS(t *testing.T, ctx context.Context, want ...string) {
 // noConfirm makes the page's confirm() answer yes (a headless browser has nobody to ask).
 var noConfirm = chromedp.Evaluate(`window.confirm = () => true`, nil)
 
+// chromiumCtx starts a headless Chromium (the binary at path, window 1280x1000) for test t,
+// closed when t ends, and returns its context, which times out after timeout.
+func chromiumCtx(t *testing.T, path string, timeout time.Duration) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // clickLive clicks the element sel finds in one step of the page's script, once there is
 // one and the page has loaded: a live update may replace a page's buttons between the
 // steps of chromedp.Click (find the node, find its box, press), which then fails with
@@ -149,14 +163,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 	}
 	require.NoError(t, store.AddFigures(bg, figs))
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
-	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	ctx := chromiumCtx(t, path, 60*time.Second)
 	run := func(t *testing.T, actions ...chromedp.Action) {
 		t.Helper()
 		require.NoError(t, chromedp.Run(ctx, actions...))
@@ -440,14 +447,7 @@ func TestBrowser_Workflow(t *testing.T) {
 		}
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
-	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	ctx := chromiumCtx(t, path, 60*time.Second)
 	run := func(actions ...chromedp.Action) {
 		t.Helper()
 		require.NoError(t, chromedp.Run(ctx, actions...))
@@ -552,13 +552,7 @@ func TestBrowser_WorkflowGone(t *testing.T) {
 	_, err := tb.store.CreateWorkflow(bg, etlWorkflow(wf))
 	require.NoError(t, err)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	ctx := chromiumCtx(t, path, 30*time.Second)
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/workflows/"+wf), chromedp.WaitVisible("#wf-graph", chromedp.ByID),
 		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery)))
 	_, _, err = tb.store.CancelWorkflow(bg, wf)
@@ -595,13 +589,7 @@ func TestBrowser_WorkflowActionRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, second.Created)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	ctx := chromiumCtx(t, path, 30*time.Second)
 	var status string
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/workflows/"+first.ID), chromedp.WaitVisible("#act-retry", chromedp.ByID),
 		clickLive("#act-retry"), chromedp.WaitVisible("#action-status", chromedp.ByID),
