@@ -91,6 +91,31 @@ const sleep = (ms, signal) =>
     }, { once: true });
   });
 
+/**
+ * How long a report (ack, fail, snooze, cancel) is tried again after a network error or
+ * a 502, 503 or 504 (a server restarting, or out of memory for request bodies), as the Go
+ * worker does: a report given up leaves its run to its deadline, to be run again.
+ */
+export const REPORT_RETRY_MS = 5000;
+
+// retrying returns call(), tried again with backoff while it fails with a network error
+// (fetch's TypeError, or its timeout) or a 502, 503 or 504, for REPORT_RETRY_MS. A report
+// that reached the server before its answer was lost is refused the second time (409,
+// not held), which the callers take as a run redelivered: nothing is done twice.
+async function retrying(call) {
+  const deadline = Date.now() + REPORT_RETRY_MS;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+    try {
+      return await call();
+    } catch (e) {
+      const again = e instanceof APIError ? [502, 503, 504].includes(e.status)
+        : e?.name === 'TimeoutError' || (e instanceof TypeError && e.message === 'fetch failed');
+      if (!again || Date.now() + delay > deadline) throw e;
+    }
+    await sleep(delay);
+  }
+}
+
 function defaultName() {
   const host = hostname().replace(/[^A-Za-z0-9._~-]/g, '-').slice(0, 60) || 'worker';
   return `${host}-node-${process.pid}-${randomBytes(2).toString('hex')}`;
@@ -251,7 +276,7 @@ export class Worker {
     job.state = 'timeout';
     job.controller.abort(new Error('timeout'));
     try {
-      await this.client.fail(job.run, job.token, `timeout: the handler ran longer than ${job.timeout}s`);
+      await retrying(() => this.client.fail(job.run, job.token, `timeout: the handler ran longer than ${job.timeout}s`));
     } catch (e) {
       this.log.warn?.(`worker ${this.name}: fail ${job.run} after its timeout: ${e.message}`);
     }
@@ -301,7 +326,7 @@ export class Worker {
     if (this.batchAcks) {
       let results;
       try {
-        results = await this.client.ackMany(batch.map(({ job, value }) => ({ run: job.run, token: job.token, result: value })));
+        results = await retrying(() => this.client.ackMany(batch.map(({ job, value }) => ({ run: job.run, token: job.token, result: value }))));
       } catch (e) {
         if (!(e instanceof APIError && (e.status === 404 || e.status === 405))) {
           this.log.warn?.(`worker ${this.name}: ack ${batch.length} runs: ${e.message} (left to their deadlines)`);
@@ -327,13 +352,15 @@ export class Worker {
 
   async #reportOne(job, kind, value) {
     try {
-      switch (kind) {
-        case 'ack': await this.client.ack(job.run, job.token, value); break;
-        case 'retry': await this.client.fail(job.run, job.token, value.message, { retryAfter: value.delay }); break;
-        case 'fail': await this.client.fail(job.run, job.token, value); break;
-        case 'snooze': await this.client.snooze(job.run, job.token, value); break;
-        default: await this.client.cancel(job.run, job.token, value || undefined);
-      }
+      await retrying(() => {
+        switch (kind) {
+          case 'ack': return this.client.ack(job.run, job.token, value);
+          case 'retry': return this.client.fail(job.run, job.token, value.message, { retryAfter: value.delay });
+          case 'fail': return this.client.fail(job.run, job.token, value);
+          case 'snooze': return this.client.snooze(job.run, job.token, value);
+          default: return this.client.cancel(job.run, job.token, value || undefined);
+        }
+      });
     } catch (e) {
       if (e instanceof APIError && e.status === 409) {
         this.log.info?.(`worker ${this.name}: ${job.run} was redelivered meanwhile; report dropped`);

@@ -11,7 +11,8 @@ const TOO_LARGE = '70000 bytes is over the limit of 65536 bytes';
 async function fakeTock() {
   // batch: whether POST /v1/runs:ack and :fail exist (else 404, as an older server).
   // tooLarge: runs whose acks get 413 (the result over the server's limit).
-  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true };
+  // unavailable: the next reports answered 503 (not recorded), as a server restarting.
+  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0 };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -23,6 +24,10 @@ async function fakeTock() {
       };
       if (req.headers.authorization !== `Bearer ${TOKEN}`) return reply(401, { error: { code: 'unauthenticated', message: 'no' } });
       const body = JSON.parse(data || 'null');
+      if (f.unavailable > 0 && req.url !== '/v1/runs:claim' && req.url !== '/v1/runs:heartbeat') {
+        f.unavailable--;
+        return reply(503, { error: { code: 'unavailable', message: 'restarting' } });
+      }
       f.calls.push([req.url, body]);
       changed();
       if (req.url === '/v1/runs:claim') {
@@ -213,6 +218,20 @@ test('an ack refused for its result fails the run', async () => {
     const { w, stop } = start({ echo: () => 'x'.repeat(70000) }, { batchAcks });
     await fake.waitFor(() => `${run}:fail` in fake.reports());
     assert.match(fake.reports()[`${run}:fail`].error, /over the limit/);
+    await fake.waitFor(() => w.inflight.size === 0);
+    await stop();
+  }
+});
+
+test('reports are retried while the server is unavailable', async () => {
+  // A 503 (a server restarting) is tried again, as the Go worker does; before, the report
+  // was given up and its run left to its deadline, to be run again.
+  for (const batchAcks of [true, false]) {
+    const run = fake.add(`u-${batchAcks}`, 'echo');
+    fake.unavailable = 2;
+    const { w, stop } = start({ echo: () => undefined }, { batchAcks });
+    await fake.waitFor(() => `${run}:ack` in fake.reports());
+    assert.equal(fake.unavailable, 0);
     await fake.waitFor(() => w.inflight.size === 0);
     await stop();
   }

@@ -15,6 +15,7 @@ class FakeTock:
         self.conflict = set()  # runs whose reports get 409
         self.too_large = set()  # runs whose acks get 413 (the result over the server's limit)
         self.batch = True  # whether POST /v1/runs:ack and :fail exist (else 404, as an older server)
+        self.unavailable = 0  # the next reports answered 503 (not recorded), as a server restarting
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -27,6 +28,9 @@ class FakeTock:
                 if self.headers.get("Authorization") != "Bearer " + fake.token:
                     return self.reply(401, {"error": {"code": "unauthenticated", "message": "no"}})
                 with fake.lock:
+                    if fake.unavailable > 0 and self.path not in ("/v1/runs:claim", "/v1/runs:heartbeat"):
+                        fake.unavailable -= 1
+                        return self.reply(503, {"error": {"code": "unavailable", "message": "restarting"}})
                     fake.calls.append((self.path, body))
                     fake.lock.notify_all()
                 if self.path == "/v1/runs:claim":

@@ -179,6 +179,19 @@ class WorkerTest(unittest.TestCase):
             self.fake.wait_for(lambda: w.inflight == 0)
             stop()
 
+    def test_reports_are_retried_while_the_server_is_unavailable(self):
+        # A 503 (a server restarting) is tried again, as the Go worker does; before, the
+        # report was given up and its run left to its deadline, to be run again.
+        for batch in (True, False):
+            run = self.fake.add("u-%s" % batch, "echo")
+            with self.fake.lock:
+                self.fake.unavailable = 2
+            w, stop = self.start({"echo": lambda j: None}, batch_acks=batch)
+            self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
+            self.assertEqual(self.fake.unavailable, 0)
+            self.fake.wait_for(lambda: w.inflight == 0)
+            stop()
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

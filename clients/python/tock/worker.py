@@ -20,6 +20,31 @@ log = logging.getLogger("tock.worker")
 # The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit.
 MAX_ACK_BATCH = 1000
 
+# How long a report (ack, fail, snooze, cancel) is tried again after a network error or
+# a 502, 503 or 504 (a server restarting, or out of memory for request bodies), as the Go
+# worker does: a report given up leaves its run to its deadline, to be run again.
+REPORT_RETRY_FOR = 5.0
+
+
+def _retrying(call, retry_for=None):
+    """Returns call(), tried again with backoff while it fails with a network error or a
+    502, 503 or 504, for retry_for seconds (REPORT_RETRY_FOR). A report that reached the
+    server before its answer was lost is refused the second time (409, not held), which
+    the callers take as a run redelivered: nothing is done twice."""
+    deadline = time.monotonic() + (REPORT_RETRY_FOR if retry_for is None else retry_for)
+    delay = 0.05
+    while True:
+        try:
+            return call()
+        except APIError as e:
+            if e.status not in (502, 503, 504) or time.monotonic() + delay > deadline:
+                raise
+        except OSError:
+            if time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
 
 class RetryAfter(Exception):
     """Raise from a handler to fail the attempt and retry after delay seconds (instead of
@@ -267,7 +292,7 @@ class Worker:
             j.state = "timeout"
         j.stop.set()
         try:
-            self.client.fail(j.run, j.token, "timeout: the handler ran longer than %gs" % j.timeout)
+            _retrying(lambda: self.client.fail(j.run, j.token, "timeout: the handler ran longer than %gs" % j.timeout))
         except (APIError, OSError) as e:
             log.warning("worker %s: fail %s after its timeout: %s", self.name, j.run, e)
 
@@ -290,7 +315,7 @@ class Worker:
         return False
 
     def _report_one(self, j, kind, value):
-        try:
+        def call():
             if kind == "ack":
                 if isinstance(value, (bytes, bytearray)):
                     self.client.ack(j.run, j.token, result_bytes=bytes(value))
@@ -304,6 +329,9 @@ class Worker:
                 self.client.snooze(j.run, j.token, value)
             else:
                 self.client.cancel(j.run, j.token, value or None)
+
+        try:
+            _retrying(call)
         except APIError as e:
             if e.status == 409:
                 log.info("worker %s: %s was redelivered meanwhile; report dropped", self.name, j.run)
@@ -351,7 +379,7 @@ class Worker:
                     r["result"] = value
                 runs.append(r)
             try:
-                results = self.client.ack_many(runs)
+                results = _retrying(lambda: self.client.ack_many(runs))
             except APIError as e:
                 if e.status not in (404, 405):
                     log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
