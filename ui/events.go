@@ -121,7 +121,17 @@ func (u *UI) update(ctx context.Context, v *viewer, name, id string, q url.Value
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(frags)
+	// The fragments are HTML, sent without JSON's HTML escaping, which writes each '<'
+	// and '>' as six bytes (a 10,000-node workflow's update went from 2.3 to 4.6 MB): the
+	// update is parsed by the page's script, never put in a page as it is. One line (an
+	// event's data): the encoder escapes newlines, and its own ending one is cut.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(frags); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // pageOfPath maps a dashboard path (after /ui, as sent) to its page and the id of its

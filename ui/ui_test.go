@@ -204,6 +204,11 @@ func TestUI_LiveEvents(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
 	require.Contains(t, frags["job"], "scheduled")
 	require.Contains(t, frags, "runs")
+	// The fragments' HTML is sent as it is, not as \u003c... (six bytes for each '<',
+	// doubling a large workflow's updates), and on one line (an event's data).
+	require.NotContains(t, p.body, `\u003c`)
+	require.Contains(t, p.body, "<")
+	require.NotContains(t, p.body, "\n")
 
 	// The stream: an update at once, another when the job changes.
 	req, _ := http.NewRequest("GET", tb.base+"/ui/events?page=%2Fui%2Fjobs%2Flive-1", nil)
