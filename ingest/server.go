@@ -460,7 +460,10 @@ func (s *Server) shutdown(ctx context.Context) error {
 		go s.cutReads(cut)
 		err := s.srv.ShutdownWithContext(ctx)
 		close(cut)
-		if err != nil {
+		// A listener closed already (by a second shutdown running beside this one, below:
+		// Stop as Start's context ends) is no error: it is closed either way, and fasthttp
+		// waited for the connections all the same.
+		if err != nil && !errors.Is(err, net.ErrClosed) {
 			return fmt.Errorf("ingest: shutdown: %w", err)
 		}
 	}

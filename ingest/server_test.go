@@ -285,3 +285,20 @@ func TestServer_ConcurrentCreates(t *testing.T) {
 		}
 	})
 }
+
+// Stop while the start context ends (a test's t.Context() is cancelled just before its
+// cleanups, which stop the server): the two shutdowns race, and the one that closes the
+// listener second found it closed. That is no error: the listener is closed either way.
+// Stop returned "use of closed network connection" (seen once in a full run).
+func TestServer_StopAsTheStartContextEnds(t *testing.T) {
+	t.Parallel()
+	for range 100 {
+		srv := newListening(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, srv.Start(ctx))
+		stopped := make(chan error, 1)
+		go func() { stopped <- srv.Stop(context.Background()) }()
+		cancel()
+		require.NoError(t, <-stopped)
+	}
+}
