@@ -97,26 +97,29 @@ func jsonError(err error, body []byte, t reflect.Type) *apiError {
 // It only runs on the error path.
 func valuePath(body []byte, off int64, field string) string {
 	type open struct {
-		path  string
-		start int64
-		array bool
-		n     int    // an array's elements so far
-		key   string // an object's key of the value that follows, when keyed
-		keyed bool
+		path, plain string // the container's path, with and without array indexes
+		start       int64
+		array       bool
+		n           int    // an array's elements so far
+		key         string // an object's key of the value that follows, when keyed
+		keyed       bool
+	}
+	join := func(base, key string) string {
+		if base == "" {
+			return key
+		}
+		return base + "." + key
 	}
 	var stack []open
-	next := func() string { // the path of the value that follows
+	next := func() (path, plain string) { // the paths of the value that follows
 		if len(stack) == 0 {
-			return ""
+			return "", ""
 		}
 		o := &stack[len(stack)-1]
 		if o.array {
-			return o.path + "[" + strconv.Itoa(o.n) + "]"
+			return o.path + "[" + strconv.Itoa(o.n) + "]", o.plain
 		}
-		if o.path == "" {
-			return o.key
-		}
-		return o.path + "." + o.key
+		return join(o.path, o.key), join(o.plain, o.key)
 	}
 	ended := func() { // a value of the innermost container ended
 		if len(stack) == 0 {
@@ -128,19 +131,10 @@ func valuePath(body []byte, off int64, field string) string {
 			o.keyed = false
 		}
 	}
-	under := func(p string) bool {
-		var b strings.Builder
-		for i := 0; i < len(p); i++ {
-			// An index; a '[' of a key (a header's name) with no ']' after it is kept.
-			if j := strings.IndexByte(p[i:], ']'); p[i] == '[' && j > 0 {
-				i += j
-				continue
-			}
-			b.WriteByte(p[i])
-		}
-		// A top-level array's item has no field name before its index ("[1].priority").
-		s := strings.TrimPrefix(b.String(), ".")
-		return len(s) >= len(field) && strings.EqualFold(s[:len(field)], field) && (len(s) == len(field) || s[len(field)] == '.')
+	// under reports whether a path without indexes is field's or below it.
+	under := func(plain string) bool {
+		return len(plain) >= len(field) && strings.EqualFold(plain[:len(field)], field) &&
+			(len(plain) == len(field) || plain[len(field)] == '.')
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -158,17 +152,18 @@ func valuePath(body []byte, off int64, field string) string {
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			stack = append(stack, open{path: next(), start: start, array: tok == json.Delim('[')})
+			path, plain := next()
+			stack = append(stack, open{path: path, plain: plain, start: start, array: tok == json.Delim('[')})
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			o := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			if o.start < off && off <= dec.InputOffset() && under(o.path) {
+			if o.start < off && off <= dec.InputOffset() && under(o.plain) {
 				return o.path
 			}
 		default:
-			if p := next(); start < off && off <= dec.InputOffset() && under(p) {
-				return p
+			if path, plain := next(); start < off && off <= dec.InputOffset() && under(plain) {
+				return path
 			}
 		}
 		ended()

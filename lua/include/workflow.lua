@@ -39,8 +39,9 @@
 --
 -- A node's job is made 'waiting' (no run: packed without a due time, or a job hash) and
 -- gets its one run when released (wf_release). A node that will not run ends its job
--- 'cancelled' with a history entry saying why. A workflow hash expires `retention` after the workflow ends, never before
--- its nodes' jobs (which expire `retention` after each ends).
+-- 'cancelled' with a history entry saying why. A workflow hash expires `retention` after
+-- the workflow ends, never before its nodes' jobs (which expire `retention` after each
+-- ends; a dead one only once its dead run is deleted: 'dd').
 --- @include "common"
 --- @include "packed"
 
@@ -232,20 +233,33 @@ local function wf_dead_count(P, wk, wf)
   return dead
 end
 
+-- wf_key returns the key of node job id's workflow and the workflow's id; nil for a job
+-- that is no node.
+local function wf_key(P, id)
+  local wf = wf_split(id)
+  if wf then
+    return P .. 'wf:' .. wf, wf
+  end
+end
+
+-- wf_expire_no_earlier gives workflow hash wk, which has ttl ms left (PTTL: -1 no
+-- expiry, -2 gone), retention ms when it would expire earlier; one without an expiry (a
+-- running workflow, or one kept for dead runs) or gone changes nothing.
+local function wf_expire_no_earlier(wk, ttl, retention)
+  if ttl >= 0 and ttl < tonumber(retention) then
+    redis.call('PEXPIRE', wk, retention)
+  end
+end
+
 -- wf_outlive keeps the hash of node job id's workflow, once it ended (it has an expiry
 -- then), until at least its job expires, which is retention from now: the job of a node
 -- whose run was cancelled while it ran (cancel_workflow, cancel_job) is given its expiry
 -- again when that run's report comes, after its workflow may have ended. A job that is
 -- no node, or whose workflow runs (no expiry) or is gone, changes nothing.
 local function wf_outlive(P, id, retention)
-  local wf = wf_split(id)
-  if not wf then
-    return
-  end
-  local wk = P .. 'wf:' .. wf
-  local ttl = redis.call('PTTL', wk)
-  if ttl >= 0 and ttl < tonumber(retention) then
-    redis.call('PEXPIRE', wk, retention)
+  local wk = wf_key(P, id)
+  if wk then
+    wf_expire_no_earlier(wk, redis.call('PTTL', wk), retention)
   end
 end
 
@@ -254,13 +268,13 @@ end
 -- earlier, and kept without an expiry while nodes' runs were dead (wf_finished's 'dd'),
 -- expires then unless another node's run still is.
 local function wf_dead_deleted(P, id, retention)
-  local wf = wf_split(id)
-  if not wf then
+  local wk, wf = wf_key(P, id)
+  if not wk then
     return
   end
-  local wk = P .. 'wf:' .. wf
-  if redis.call('PTTL', wk) ~= -1 then
-    wf_outlive(P, id, retention)
+  local ttl = redis.call('PTTL', wk)
+  if ttl ~= -1 then
+    wf_expire_no_earlier(wk, ttl, retention)
     return
   end
   local w = redis.call('HMGET', wk, 'en', 'dd')

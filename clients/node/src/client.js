@@ -29,7 +29,9 @@ export class Client {
     this.userAgent = userAgent;
   }
 
-  async #do(method, path, body, { headers = {}, timeout = this.timeout } = {}) {
+  // #do sends a request and returns its status and decoded JSON body; with raw, the
+  // body's bytes (a Buffer) and its content type instead.
+  async #do(method, path, body, { headers = {}, timeout = this.timeout, raw = false } = {}) {
     const h = { Accept: 'application/json', 'User-Agent': this.userAgent, ...headers };
     if (this.token) h.Authorization = `Bearer ${this.token}`;
     const init = { method, headers: h, signal: AbortSignal.timeout(timeout * 1000) };
@@ -38,7 +40,8 @@ export class Client {
       init.body = JSON.stringify(body);
     }
     const resp = await fetch(this.baseUrl + path, init);
-    const text = await resp.text();
+    const bytes = Buffer.from(await resp.arrayBuffer());
+    const text = bytes.toString('utf8');
     if (!resp.ok) {
       let err;
       try {
@@ -49,6 +52,7 @@ export class Client {
       if (err && typeof err === 'object') throw new APIError(resp.status, err.code ?? '', err.message ?? '', err.field);
       throw new APIError(resp.status, `http_${resp.status}`, text.slice(0, 200));
     }
+    if (raw) return { status: resp.status, body: bytes, type: (resp.headers.get('content-type') ?? '').split(';')[0].trim() };
     return { status: resp.status, body: text ? JSON.parse(text) : null };
   }
 
@@ -59,23 +63,9 @@ export class Client {
    * (job.parentsOmitted) with it.
    */
   async nodeResult(workflow, node) {
-    const h = { 'User-Agent': this.userAgent };
-    if (this.token) h.Authorization = `Bearer ${this.token}`;
-    const resp = await fetch(`${this.baseUrl}/v1/workflows/${encodeURIComponent(workflow)}/nodes/${encodeURIComponent(node)}/result`,
-      { headers: h, signal: AbortSignal.timeout(this.timeout * 1000) });
-    const body = Buffer.from(await resp.arrayBuffer());
-    if (!resp.ok) {
-      let err;
-      try {
-        err = JSON.parse(body.toString('utf8')).error;
-      } catch {
-        err = null;
-      }
-      if (err && typeof err === 'object') throw new APIError(resp.status, err.code ?? '', err.message ?? '', err.field);
-      throw new APIError(resp.status, `http_${resp.status}`, body.toString('utf8').slice(0, 200));
-    }
-    if ((resp.headers.get('content-type') ?? '').split(';')[0].trim() === 'application/json') return JSON.parse(body.toString('utf8'));
-    return body;
+    const { body, type } = await this.#do('GET', `/v1/workflows/${encodeURIComponent(workflow)}/nodes/${encodeURIComponent(node)}/result`,
+      undefined, { raw: true });
+    return type === 'application/json' ? JSON.parse(body.toString('utf8')) : body;
   }
 
   static #runPath(run, verb) {
