@@ -507,6 +507,9 @@ func TestBrowser_Workflow(t *testing.T) {
 	c := classes()
 	require.Equal(t, "node succeeded", c["extract"], "an ended node keeps its end")
 	require.Equal(t, "node failed", c["report"])
+	// A node's job page: its workflow decides when it runs, so it links there.
+	run(chromedp.Navigate(tb.base+"/ui/jobs/"+wf+"@report"), chromedp.WaitVisible("#act-workflow", chromedp.ByID),
+		screenshot(shots, "node-job"))
 
 	// The definition: its graph without states, its actions, and its instances, found by
 	// their ids (GET /v1/workflows?prefix=nightly@): the one createWorkflows started is
