@@ -557,6 +557,74 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
   return marked
 end
 
+-- wf_mark_one is wf_mark_many for the commonest end, taken without its tables: one node
+-- of the workflow succeeded in the call, and it has one child, which its end releases or
+-- leaves waiting (a chain's node, a fan-in's parent ended alone). It reads what
+-- wf_mark_many reads and writes what it writes, or returns nil before writing anything
+-- for any other end (the caller then calls wf_mark_many); else how many nodes ended now
+-- (1, or 0 when the node had ended already).
+local WF_WAITING = '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$'
+local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retention, rel)
+  if st ~= 'succeeded' then
+    return nil
+  end
+  local fs = 's:' .. node
+  local v = redis.call('HMGET', wk, 'left', fs, 'c:' .. node)
+  local child = v[3] or ''
+  local left = wf_num(v[1]) - 1
+  if string.find(child, ',', 1, true) or (left <= 0) ~= (child == '') then
+    return nil
+  end
+  local cur, mid, oldAtt = string.match(v[2] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+  if cur ~= 'waiting' and cur ~= 'released' then
+    return nil
+  end
+  local own = st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt)
+  local writes = { fs, own, 'left', wf_int(left) }
+  if result then
+    writes[5], writes[6] = 'x:' .. node, result
+  end
+  if left <= 0 then
+    -- The workflow's last node: it ends (wf_end_state).
+    local w = redis.call('HMGET', wk, 'bad', 'st')
+    local fin = wf_end_state(w[2], wf_num(w[1]))
+    local k = #writes
+    writes[k + 1], writes[k + 2], writes[k + 3], writes[k + 4] = 'st', fin, 'en', nowStr
+    redis.call('HSET', wk, unpack(writes))
+    wf_finished(P, wk, wf, now, nowStr, retention, fin)
+    return 1
+  end
+  local cf = 's:' .. child
+  local rule, np, ok, cbad, skip, relAt, en, catt = string.match(redis.call('HGET', wk, cf) or '', WF_WAITING)
+  if rule then
+    np, ok, cbad, skip = wf_num(np), wf_num(ok) + 1, wf_num(cbad), wf_num(skip)
+    local d = wf_decide_by(rule, np, ok, cbad, skip)
+    if d and d ~= 'run' then
+      -- The child ends too (one_failed): wf_mark_many moves its descendants.
+      return nil
+    end
+    local counted = rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' .. wf_int(skip) .. '|'
+    local k = #writes
+    writes[k + 1] = cf
+    if d == 'run' and not (string.find(wf, '@', 1, true) and redis.call('HGET', wk, 'hold') == '1') then
+      writes[k + 2] = 'released|' .. counted .. nowStr .. '|' .. en .. '|' .. catt
+      rel[#rel + 1] = wf .. '@' .. child
+    else
+      writes[k + 2] = 'waiting|' .. counted .. relAt .. '|' .. en .. '|' .. catt
+    end
+  end
+  redis.call('HSET', wk, unpack(writes))
+  return 1
+end
+
+-- wf_mark_ends moves workflow wf (hash wk) for its node ends of one call (wf_mark_many's
+-- ends): wf_mark_one when it takes them, else wf_mark_many.
+local function wf_mark_ends(P, wk, wf, ends, now, nowStr, keep, retention, rel)
+  if #ends ~= 4 or not wf_mark_one(P, wk, wf, ends[1], ends[2], ends[3], ends[4], now, nowStr, retention, rel) then
+    wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
+  end
+end
+
 -- wf_mark ends node `node` of workflow wf as st (wf_mark_many). Returns true when the
 -- node ended now.
 local function wf_mark(P, wk, wf, node, st, now, nowStr, keep, retention, att, result)
@@ -612,7 +680,7 @@ local function wf_flush_ends(ends, P, now, nowStr, keep, retention)
   local rel, failure = {}, nil
   for _, wf in ipairs(order) do
     local before = #rel
-    local ok, err = pcall(wf_mark_many, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
+    local ok, err = pcall(wf_mark_ends, P, P .. 'wf:' .. wf, wf, by[wf], now, nowStr, keep, retention, rel)
     if not ok then
       for k = #rel, before + 1, -1 do
         rel[k] = nil
