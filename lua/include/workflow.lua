@@ -358,7 +358,8 @@ local function wf_finished(P, wk, wf, now, nowStr, retention, st)
   end
   -- P..'stats' 'w:<state>': workflows ended (shard.Store.WorkflowCounts).
   stat('w', st, 1)
-  local def = string.match(wf, '^([^@]+)@')
+  -- Only a scheduled instance has an '@' (found without a pattern: most have none).
+  local def = string.find(wf, '@', 1, true) and string.match(wf, '^([^@]+)@')
   if def then
     local dk = P .. 'wfd:' .. def
     local d = redis.call('HMGET', dk, 'act', 'bf')
@@ -563,6 +564,13 @@ end
 -- wf_mark_many reads and writes what it writes, or returns nil before writing anything
 -- for any other end (the caller then calls wf_mark_many); else how many nodes ended now
 -- (1, or 0 when the node had ended already).
+-- wf_keep_result writes a succeeded node's result, if any (wf_mark_one).
+local function wf_keep_result(wk, node, result)
+  if result then
+    redis.call('HSET', wk, 'x:' .. node, result)
+  end
+end
+
 local WF_WAITING = '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$'
 local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retention, rel)
   if st ~= 'succeeded' then
@@ -580,40 +588,43 @@ local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retent
     return nil
   end
   local own = st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt)
-  local writes = { fs, own, 'left', wf_int(left) }
-  if result then
-    writes[5], writes[6] = 'x:' .. node, result
-  end
+  -- Written without a table of writes (a table grown value by value costs as much as a
+  -- field read): the result, if any, on its own, once nothing falls back.
   if left <= 0 then
     -- The workflow's last node: it ends (wf_end_state).
     local w = redis.call('HMGET', wk, 'bad', 'st')
     local fin = wf_end_state(w[2], wf_num(w[1]))
-    local k = #writes
-    writes[k + 1], writes[k + 2], writes[k + 3], writes[k + 4] = 'st', fin, 'en', nowStr
-    redis.call('HSET', wk, unpack(writes))
+    wf_keep_result(wk, node, result)
+    redis.call('HSET', wk, fs, own, 'left', '0', 'st', fin, 'en', nowStr)
     wf_finished(P, wk, wf, now, nowStr, retention, fin)
     return 1
   end
   local cf = 's:' .. child
   local rule, np, ok, cbad, skip, relAt, en, catt = string.match(redis.call('HGET', wk, cf) or '', WF_WAITING)
-  if rule then
-    np, ok, cbad, skip = wf_num(np), wf_num(ok) + 1, wf_num(cbad), wf_num(skip)
-    local d = wf_decide_by(rule, np, ok, cbad, skip)
-    if d and d ~= 'run' then
-      -- The child ends too (one_failed): wf_mark_many moves its descendants.
-      return nil
-    end
-    local counted = rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' .. wf_int(skip) .. '|'
-    local k = #writes
-    writes[k + 1] = cf
-    if d == 'run' and not (string.find(wf, '@', 1, true) and redis.call('HGET', wk, 'hold') == '1') then
-      writes[k + 2] = 'released|' .. counted .. nowStr .. '|' .. en .. '|' .. catt
-      rel[#rel + 1] = wf .. '@' .. child
-    else
-      writes[k + 2] = 'waiting|' .. counted .. relAt .. '|' .. en .. '|' .. catt
-    end
+  if not rule then
+    -- Not waiting (its job was cancelled): nothing to decide.
+    wf_keep_result(wk, node, result)
+    redis.call('HSET', wk, fs, own, 'left', wf_int(left))
+    return 1
   end
-  redis.call('HSET', wk, unpack(writes))
+  np, ok, cbad, skip = wf_num(np), wf_num(ok) + 1, wf_num(cbad), wf_num(skip)
+  local d = wf_decide_by(rule, np, ok, cbad, skip)
+  if d and d ~= 'run' then
+    -- The child ends too (one_failed): wf_mark_many moves its descendants.
+    return nil
+  end
+  wf_keep_result(wk, node, result)
+  -- Each state built in one concatenation (a part built first is one more string).
+  local state
+  if d == 'run' and not (string.find(wf, '@', 1, true) and redis.call('HGET', wk, 'hold') == '1') then
+    state = 'released|' .. rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
+      wf_int(skip) .. '|' .. nowStr .. '|' .. en .. '|' .. catt
+    rel[#rel + 1] = wf .. '@' .. child
+  else
+    state = 'waiting|' .. rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
+      wf_int(skip) .. '|' .. relAt .. '|' .. en .. '|' .. catt
+  end
+  redis.call('HSET', wk, fs, own, cf, state, 'left', wf_int(left))
   return 1
 end
 
@@ -658,9 +669,10 @@ local function wf_end_later(ends, id, st, result, att)
   end
   local list = ends.by[wf]
   if not list then
-    list = {}
-    ends.by[wf] = list
+    -- Made whole at once (a table grown value by value is made again at each power of 2).
+    ends.by[wf] = { node, st, result or false, att or false }
     ends.order[#ends.order + 1] = wf
+    return
   end
   local k = #list
   list[k + 1], list[k + 2], list[k + 3], list[k + 4] = node, st, result or false, att or false
