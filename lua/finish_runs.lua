@@ -13,10 +13,18 @@
 -- ARGV[5] mode      'worker' | 'reap'
 -- ARGV[6] lease     string  reap: the caller's `owner:epoch`; worker: unused
 -- ARGV[7] rand      float   in [0,1), seeds retry jitter
--- ARGV[8] n         count   worker: entries that follow; reap: most runs to reap
--- ARGV[9] token     string  worker: the token of the short entries
--- worker mode, n entries after ARGV[9], each either short or long:
---   short: member, alone: the run succeeded ('ok') with the token of ARGV[9]: what
+-- ARGV[8] ready     string  ready channel prefix: when given, the script publishes the
+--                           ready signal "<shard> <now µs>" to ready..queue for every
+--                           queue that got runs, and the wake signal "<shard> <due ms>"
+--                           to ARGV[9] for a retry earlier than the shard's runs; also
+--                           when the call fails after part of its work (a workflow whose
+--                           move fails), which has no reply to signal from
+-- ARGV[9] wake      string  wake channel
+-- ARGV[10] shard    string  the shard's number, for the signals
+-- ARGV[11] n        count   worker: entries that follow; reap: most runs to reap
+-- ARGV[12] token    string  worker: the token of the short entries
+-- worker mode, n entries after ARGV[12], each either short or long:
+--   short: member, alone: the run succeeded ('ok') with the token of ARGV[12]: what
 --          most entries are, and 4 values fewer for Redis to parse and hand to Lua
 --   long:  '' (no member is empty), member, token, outcome, error, delay ms
 --   outcome 'ok'       the run succeeded
@@ -44,9 +52,10 @@
 -- Returns: { results, queues, wake }
 --   results  worker mode: per entry 1 done, -2 the run is not held with this token
 --            (redelivered after its deadline, or finished); reap mode: runs reaped
---   queues   queues that received ready runs (hand-backs, released buffered runs)
+--   queues   queues that received ready runs (hand-backs, released buffered runs,
+--            released workflow nodes; signalled by the script when ARGV[8] is given)
 --   wake     the earliest retry or snooze filed when it is earlier than every run the
---            shard held (the caller signals the dispatcher), else -1
+--            shard held (the dispatcher is signalled), else -1
 --   or -3 in reap mode when the caller does not hold the lease (nothing changed).
 --- @include "forms"
 --- @include "workflow"
@@ -58,13 +67,14 @@ local keep = tonumber(ARGV[3])
 local retention = ARGV[4]
 local mode = ARGV[5]
 local rand = tonumber(ARGV[7])
-local n = tonumber(ARGV[8])
+local readyChannel, wakeChannel, shardNo = ARGV[8], ARGV[9], ARGV[10]
+local n = tonumber(ARGV[11])
 
 if mode == 'reap' and redis.call('GET', leaseKey) ~= ARGV[6] then
   return -3
 end
 
-local now, _, nowStr = now_ms()
+local now, nowUs, nowStr = now_ms()
 local leaving = {}
 -- The node ends of this call, moved once per workflow by done (include workflow).
 local wfEnds = wf_ends()
@@ -305,8 +315,11 @@ end
 local packedIds, packedRuns = {}, {}
 
 -- done files what the call changed: the workflows moved, the succeeded packed runs, the
--- runs that left the inflight set, ready runs and counts. A workflow whose move fails (a
--- bug) fails the call, after the rest is filed (include workflow's wf_flush_ends).
+-- runs that left the inflight set, ready runs and counts, and signals the queues that got
+-- ready runs and the dispatcher of an earlier retry. A workflow whose move fails (a bug)
+-- fails the call, after the rest is filed and signalled (include workflow's
+-- wf_flush_ends): an error reply carries no queues for the caller to signal, and the
+-- runs the call made ready would wait for the workers' sweep.
 local function done()
   local ok, err = pcall(wf_flush_ends, wfEnds, P, now, nowStr, keep, retention)
   if #packedIds > 0 then
@@ -317,6 +330,15 @@ local function done()
   end
   local readied = flush_ready(P)
   flush_stats(P)
+  if readyChannel and readyChannel ~= '' then
+    local msg = shardNo .. ' ' .. nowUs
+    for _, q in ipairs(readied) do
+      redis.call('PUBLISH', readyChannel .. q, msg)
+    end
+    if wake ~= -1 then
+      redis.call('PUBLISH', wakeChannel, shardNo .. ' ' .. num(wake))
+    end
+  end
   if not ok then
     error(err, 0)
   end
@@ -349,7 +371,7 @@ end
 
 -- The members, and where each entry's member is in ARGV: negative for a short entry.
 local members, at = {}, {}
-local i = 10
+local i = 13
 for k = 1, n do
   if ARGV[i] == '' then
     members[k], at[k] = ARGV[i + 1], i + 1
@@ -359,7 +381,7 @@ for k = 1, n do
     i = i + 1
   end
 end
-local shortToken = ARGV[9]
+local shortToken = ARGV[12]
 
 -- finish_long ends the run of a long entry, whose member is ARGV[a]: a 'result' entry's
 -- value (ARGV[a + 3]) is the result of a success, any other's the error and the delay.

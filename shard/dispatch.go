@@ -171,22 +171,21 @@ func (s *Store) Fire(ctx context.Context, l Lease, plans []FirePlan) (fired int,
 
 // Reap sends up to limit runs of a shard whose visibility deadline passed back through
 // the fail path (retry or dead-letter set), under lease. It returns how many it reaped,
-// or ErrLeaseLost.
+// or ErrLeaseLost. The script signals the queues that got ready runs and the shard's
+// dispatcher itself (finish_runs), also when it fails after part of its work.
 func (s *Store) Reap(ctx context.Context, l Lease, limit int) (int, error) {
 	r := s.exec1(ctx, s.finishCall(l.Shard, "reap", l.value(), []string{strconv.Itoa(limit)}))
-	return s.countAndSignal(ctx, r, l.Shard, "reap")
+	n, _, err := countOf(r, l.Shard, "reap")
+	return n, err
 }
 
 // countAndSignal decodes the reply of a leased script, { count, queues [, wake] } or a
 // negative code, signals the queues that got ready runs and the shard's dispatcher when
-// wake is a due time (a retry filed by a reap), and returns count.
+// wake is a due time, and returns count.
 func (s *Store) countAndSignal(ctx context.Context, r rueidis.RedisResult, id ID, what string) (int, error) {
-	if code, err := r.AsInt64(); err == nil && code < 0 {
-		return 0, codeError(code)
-	}
-	reply, err := r.ToArray()
-	if err != nil || len(reply) < 2 {
-		return 0, fmt.Errorf("%s shard %d: %v", what, id, err)
+	n, reply, err := countOf(r, id, what)
+	if err != nil {
+		return 0, err
 	}
 	msgs := s.readySignals(nil, id, strs(reply[1]))
 	if len(reply) > 2 {
@@ -195,14 +194,33 @@ func (s *Store) countAndSignal(ctx context.Context, r rueidis.RedisResult, id ID
 		}
 	}
 	s.publish(ctx, msgs)
-	return int(i64(reply[0])), nil
+	return n, nil
 }
 
+// countOf decodes the reply of a leased script, { count, queues [, wake] } or a negative
+// code, and returns count and the reply.
+func countOf(r rueidis.RedisResult, id ID, what string) (int, []rueidis.RedisMessage, error) {
+	if code, err := r.AsInt64(); err == nil && code < 0 {
+		return 0, nil, codeError(code)
+	}
+	reply, err := r.ToArray()
+	if err != nil || len(reply) < 2 {
+		return 0, nil, fmt.Errorf("%s shard %d: %v", what, id, err)
+	}
+	return int(i64(reply[0])), reply, nil
+}
+
+// finishCall is a finish_runs call on shard id. The script publishes the ready and wake
+// signals of what it filed itself, so that they leave whatever becomes of the call's
+// reply: a call that fails after part of its work (a workflow whose move fails) returns
+// none, and a reply lost on its way (a timeout, a dropped connection) would take them
+// with it, leaving the runs it made ready to the workers' sweep.
 func (s *Store) finishCall(id ID, mode, lease string, rest []string) call {
 	args := append([]string{
 		s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), strconv.Itoa(s.cfg.History),
 		strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10), mode, lease,
 		strconv.FormatFloat(rand.Float64(), 'f', 6, 64),
+		s.keys.ReadyChannel(""), s.keys.WakeChannel(), strconv.Itoa(int(id)),
 	}, rest...)
 	return call{s.scripts.FinishRuns, []string{s.keys.Inflight(id), s.keys.Buckets(id), s.keys.Dead(id), s.keys.Lease(id)}, args}
 }

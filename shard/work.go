@@ -338,19 +338,14 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 		calls = append(calls, s.finishCall(id, "worker", "", rest))
 	}
 	out := make(map[ID]FinishResult, len(ids))
-	var msgs [][2]string
+	// Each call signals the queues that got ready runs, and the shard's dispatcher of a
+	// retry or snooze earlier than every run the shard held, itself (finishCall).
 	for k, r := range s.exec(ctx, calls...) {
 		id, fs := ids[k], byShard[ids[k]]
 		reply, err := r.ToArray()
 		if err != nil || len(reply) != 3 {
 			out[id] = FinishResult{Err: fmt.Errorf("finish runs on shard %d: %v", id, err)}
 			continue
-		}
-		msgs = s.readySignals(msgs, id, strs(reply[1]))
-		// A retry or snooze earlier than every run the shard held: its dispatcher may
-		// sleep past it.
-		if wake := i64(reply[2]); wake > 0 {
-			msgs = append(msgs, s.wakeSignal(id, wake))
 		}
 		codes := arr(reply[0])
 		errs := make([]error, len(fs))
@@ -363,6 +358,5 @@ func (s *Store) FinishMany(ctx context.Context, byShard map[ID][]Finish) map[ID]
 		}
 		out[id] = FinishResult{Errs: errs}
 	}
-	s.publish(ctx, msgs)
 	return out
 }
