@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/tockhq/tock/job"
 )
 
 // What the snapshot package needs from a namespace: its job ids shard by shard, whole jobs
@@ -26,6 +28,106 @@ type JobRecord struct {
 	// ExpireAt is when the job expires, in ms since the epoch on the Redis clock; 0 never.
 	// Finished one-time jobs expire (Config.Retention).
 	ExpireAt int64
+}
+
+// Check reports what in the record's fields a restore could not file as the scripts
+// would have left it (RestoreJobs files each run from them): a state that is none of a
+// job's, a queue that is no queue name, a priority that is no digit, a time or count
+// that is no number, an active run list ('rl') or a run field ('r<due>') that is not of
+// the scripts' form. The error names the job and the field. A record that passes may
+// still hold a definition no create would accept; Check looks at what the restore and
+// the scripts after it parse.
+func (r JobRecord) Check() error {
+	fail := func(f, v, why string) error {
+		if len(v) > 64 {
+			v = v[:64] + "..."
+		}
+		return fmt.Errorf("job %q: field %q: %q %s", r.ID, f, v, why)
+	}
+	if len(r.Fields)%2 != 0 {
+		return fmt.Errorf("job %q: %d field names and values, want pairs", r.ID, len(r.Fields))
+	}
+	for k := 0; k < len(r.Fields); k += 2 {
+		f, v := r.Fields[k], r.Fields[k+1]
+		switch f {
+		case "st":
+			if !job.ValidState(job.State(v)) {
+				return fail(f, v, "is no job state")
+			}
+		case "q":
+			if v != "" && job.ValidateID("queue", v, job.MaxQueueLen) != nil {
+				return fail(f, v, "is no queue name")
+			}
+		case "pr":
+			if len(v) > 1 || (v != "" && (v[0] < '0' || v[0] > '9')) {
+				return fail(f, v, "is no priority (a digit)")
+			}
+		case "sk":
+			if v != "" && v != "at" && v != "cron" {
+				return fail(f, v, "is no schedule kind (at or cron)")
+			}
+		case "nx", "cr", "bf", "ma", "ib", "mb", "to", "vt", "mt":
+			if v != "" && !isUint(v) {
+				return fail(f, v, "is no number")
+			}
+		case "mu", "ji":
+			if _, err := strconv.ParseFloat(v, 64); v != "" && err != nil {
+				return fail(f, v, "is no number")
+			}
+		case "rl":
+			if v != "" && v != "," && !isRunList(v) {
+				return fail(f, v, "is no list of due times (,d1,d2,)")
+			}
+		default:
+			if f[0] != 'r' {
+				continue
+			}
+			if !isUint(f[1:]) {
+				return fail(f, v, "is a run field whose name is no due time (r<due ms>)")
+			}
+			if !isRunField(v) {
+				return fail(f, v, "is no run (state|attempts|deliveries|token|worker|start|retry|error)")
+			}
+		}
+	}
+	return nil
+}
+
+// isUint reports whether s is a non-negative integer in decimal digits.
+func isUint(s string) bool {
+	if s == "" || len(s) > 18 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// isRunList reports whether s is an active run list: ",d1,d2,", each a due time.
+func isRunList(s string) bool {
+	if len(s) < 3 || s[0] != ',' || s[len(s)-1] != ',' {
+		return false
+	}
+	for _, d := range strings.Split(s[1:len(s)-1], ",") {
+		if !isUint(d) {
+			return false
+		}
+	}
+	return true
+}
+
+// runStates are the states of a run field (common's run_get).
+var runStates = map[string]bool{"ready": true, "running": true, "retrying": true, "paused": true,
+	"buffered": true, "cancelled": true, "succeeded": true, "dead": true}
+
+// isRunField reports whether v is a run field: "st|att|dl|tok|wk|sa|ra|er" with a known
+// state and numbers of attempts and deliveries.
+func isRunField(v string) bool {
+	p := strings.SplitN(v, "|", 8)
+	return len(p) == 8 && runStates[p[0]] && isUint(p[1]) && isUint(p[2])
 }
 
 // fieldMap returns the record's fields as a map.

@@ -153,7 +153,13 @@ func (r record) job() (shard.JobRecord, error) {
 	if err != nil {
 		return shard.JobRecord{}, err
 	}
-	return shard.JobRecord{ID: r.ID, ExpireAt: r.Expiry, Fields: fields}, nil
+	j := shard.JobRecord{ID: r.ID, ExpireAt: r.Expiry, Fields: fields}
+	// What the restore files the job's runs from: refused here, before anything is
+	// written, rather than failing a restore_jobs call half-way.
+	if err := j.Check(); err != nil {
+		return shard.JobRecord{}, err
+	}
+	return j, nil
 }
 
 // joinFields returns a record's fields as field/value pairs in name order; what names
