@@ -14,6 +14,14 @@
 -- joins the running instances 'act'. settle_definitions then starts a buffered instance
 -- that no running one is left to start.
 --
+-- An ended workflow's count of nodes whose runs are dead ('dd', include workflow: it has
+-- no expiry while there are any) is counted again from its nodes' jobs as the restore
+-- left them (wf_dead_count), not taken from the record: one whose node's job did not
+-- come back dead (missing from the record, or a job of its id found) would otherwise
+-- never expire, and one whose record kept no count (an earlier build's) would expire
+-- while its node's run is dead. Without dead runs it keeps the record's expiry, or
+-- expires `retention` from now when the record had none.
+--
 -- A workflow whose id exists is left as it is, with its nodes (a restore run again adds
 -- nothing); one whose expiry time has passed is skipped, with its nodes.
 --
@@ -21,7 +29,8 @@
 -- KEYS[2] dead     ZSET    dead-letter set; score = when the run died (ms)
 -- ARGV[1] prefix   string  shard key prefix
 -- ARGV[2] bucket   ms      due bucket width
--- ARGV[3] n        count   workflows that follow
+-- ARGV[3] retention ms     how long an ended workflow is kept once no node's run is dead
+-- ARGV[4] n        count   workflows that follow
 -- then per workflow:
 --   id        string  workflow id
 --   expiry    ms      when the workflow hash expires (ms since the epoch), 0 never
@@ -46,7 +55,8 @@
 local bucketsKey, deadKey = KEYS[1], KEYS[2]
 local P = ARGV[1]
 local bucketMs = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
+local retention = ARGV[3]
+local n = tonumber(ARGV[4])
 
 local now, _, nowStr = now_ms()
 local wfs = { restored = 0, existed = 0, expired = 0 }
@@ -76,7 +86,7 @@ local function join_definition(wk, wf, def, held)
   end
 end
 
-local i = 4
+local i = 5
 for _ = 1, n do
   local wf, expiry, nfields = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local first = i + 3
@@ -123,6 +133,18 @@ for _ = 1, n do
     end
     if expiry > 0 then
       redis.call('PEXPIREAT', wk, num(expiry))
+    end
+    if st ~= 'running' then
+      local dead = st ~= 'succeeded' and wf_dead_count(P, wk, wf) or 0
+      if dead > 0 then
+        redis.call('HSET', wk, 'dd', dead)
+        redis.call('PERSIST', wk)
+      else
+        redis.call('HDEL', wk, 'dd')
+        if expiry <= 0 then
+          redis.call('PEXPIRE', wk, retention)
+        end
+      end
     end
     local def = string.match(wf, '^([^@]+)@')
     if def and st == 'running' then

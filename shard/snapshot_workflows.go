@@ -111,7 +111,10 @@ func (s *Store) ReadWorkflows(ctx context.Context, id ID, wfIDs []string) ([]Wor
 // is ready, a node's run in flight is ready again without using an attempt (as
 // RestoreJobs files a job's runs); the workflow continues from there. A running
 // scheduled instance rejoins its definition's running or buffered instances; call
-// SettleDefinitions once every workflow is restored. A workflow whose id exists is left
+// SettleDefinitions once every workflow is restored. An ended workflow's count of nodes
+// whose runs are dead (it has no expiry while there are any) is counted again from the
+// node jobs as restored; without any it expires at the record's time, or
+// Config.Retention from now when the record has none. A workflow whose id exists is left
 // as it is, with its nodes; one whose expiry time has passed is skipped. The counts
 // cover the workflows (Workflows...) and their node jobs (Restored, Existed, Expired).
 // The calls go in one pipeline; dispatchers and workers are signalled as after a create.
@@ -119,7 +122,8 @@ func (s *Store) ReadWorkflows(ctx context.Context, id ID, wfIDs []string) ([]Wor
 func (s *Store) RestoreWorkflows(ctx context.Context, id ID, recs []WorkflowRecord) (RestoreCounts, error) {
 	var calls []call
 	for len(recs) > 0 {
-		args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10), ""}
+		args := []string{s.keys.Prefix(id), strconv.FormatInt(s.bucketMs, 10),
+			strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10), ""}
 		n, nodes, size := 0, 0, 0
 		for ; n < len(recs) && (n == 0 || (nodes < restoreWorkflowNodes && size < restoreBatchBytes)); n++ {
 			r := recs[n]
@@ -136,7 +140,7 @@ func (s *Store) RestoreWorkflows(ctx context.Context, id ID, recs []WorkflowReco
 			}
 			nodes += len(r.Nodes)
 		}
-		args[2] = strconv.Itoa(n)
+		args[3] = strconv.Itoa(n)
 		calls = append(calls, call{s.scripts.RestoreWorkflows, []string{s.keys.Buckets(id), s.keys.Dead(id)}, args})
 		recs = recs[n:]
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/stretchr/testify/require"
@@ -131,6 +132,89 @@ func TestRestore_RefusesJobRecordsItCannotFile(t *testing.T) {
 				return recs
 			})
 			cb.refused(t, corrupt(t, "shard-0000.ndjson.gz", `job "b-bad"`, tc.msg))
+		})
+	}
+}
+
+// wfField reads field f of workflow wf's hash in st ("" when absent), and its expiry
+// (PTTL: -1 none).
+func wfField(t *testing.T, st *shard.Store, wf, f string) (string, int64) {
+	t.Helper()
+	ctx := context.Background()
+	rc := st.Client()
+	key := st.Keys().Workflow(st.ShardOf(wf), wf)
+	v, err := rc.Do(ctx, rc.B().Hget().Key(key).Field(f).Build()).ToString()
+	if err != nil {
+		v = ""
+	}
+	ttl, err := rc.Do(ctx, rc.B().Pttl().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	return v, ttl
+}
+
+// A failed workflow's 'dd' (its nodes whose runs are dead: it has no expiry while there
+// are any) is counted again from the nodes' jobs the restore wrote, not taken from the
+// record: a record whose count disagrees with its nodes' jobs (a dead node's job
+// missing, or a count and an expiry from a build before 'dd' while a node's job is dead)
+// came back, before the fix, as a workflow that never expired (no dead run left to
+// delete) or that expired while its node's run was still dead.
+func TestRestore_WorkflowDeadCountFollowsTheRestoredNodes(t *testing.T) {
+	t.Parallel()
+	b := redistest.Backends(t)[0]
+	rc := b.Client(t)
+	for _, tc := range []struct {
+		name string
+		edit func(wf map[string]any)
+		dd   string // after the restore
+		kept bool   // no expiry after the restore
+	}{
+		{"DeadNodesJobMissing", func(wf map[string]any) {
+			var nodes []any
+			for _, n := range wf["nodes"].([]any) {
+				if n.(map[string]any)["id"] != "w@f" {
+					nodes = append(nodes, n)
+				}
+			}
+			wf["nodes"] = nodes
+		}, "", false},
+		{"NoCountButADeadNode", func(wf map[string]any) {
+			delete(wf["f"].(map[string]any), "dd")
+			wf["exp"] = float64(time.Now().Add(time.Hour).UnixMilli())
+		}, "1", true},
+		{"AsExported", func(map[string]any) {}, "1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			src := open(t, b, rc, shard.Config{Shards: 1})
+			_, err := src.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{wfNode("a", "qa", ""), wfNode("f", "qf", "")}})
+			require.NoError(t, err)
+			finishOne(t, src, claimOne(t, src, "w", "qa"), shard.Succeeded, "")
+			finishOne(t, src, claimOne(t, src, "w", "qf"), shard.Failed, "")
+			dd, ttl := wfField(t, src, "w", "dd")
+			require.Equal(t, "1", dd)
+			require.Equal(t, int64(-1), ttl)
+
+			cb := exportOf(t, b, src)
+			cb.editRecords(t, 0, func(recs []map[string]any) []map[string]any {
+				require.Len(t, recs, 1)
+				tc.edit(recs[0])
+				return recs
+			})
+			_, err = snapshot.Restore(ctx, cb.dst, cb.bk, cb.m.ID, snapshot.ReadOptions{})
+			require.NoError(t, err)
+			dd, ttl = wfField(t, cb.dst, "w", "dd")
+			require.Equal(t, tc.dd, dd)
+			if tc.kept {
+				require.Equal(t, int64(-1), ttl, "kept while its node's run is dead")
+				dead, _, err := cb.dst.Dead(ctx, "qf", 10, "")
+				require.NoError(t, err)
+				require.Len(t, dead, 1)
+				require.NoError(t, cb.dst.DeleteDead(ctx, dead[0].Member))
+				_, ttl = wfField(t, cb.dst, "w", "dd")
+			}
+			require.Positive(t, ttl, "an ended workflow without dead runs expires")
+			require.LessOrEqual(t, ttl, job.DefaultRetention.Milliseconds())
 		})
 	}
 }
