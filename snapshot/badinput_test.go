@@ -218,3 +218,62 @@ func TestRestore_WorkflowDeadCountFollowsTheRestoredNodes(t *testing.T) {
 		})
 	}
 }
+
+// A workflow record without the job of a node that waits for its parents or was
+// released is refused, naming the node: restored, that node would never run nor end, and
+// its workflow would run for ever. Before the fix it passed Verify and was restored so.
+// An ended node's job may be missing (it expired before its workflow).
+func TestRestore_RefusesAWorkflowWithoutAPendingNodesJob(t *testing.T) {
+	t.Parallel()
+	b := redistest.Backends(t)[0]
+	rc := b.Client(t)
+	for _, tc := range []struct {
+		node, state string
+	}{{"b", "waiting"}, {"a", "released"}} {
+		t.Run(tc.state, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			src := open(t, b, rc, shard.Config{Shards: 1})
+			_, err := src.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{wfNode("a", "qa", ""), wfNode("b", "qb", "", "a")}})
+			require.NoError(t, err)
+			cb := exportOf(t, b, src)
+			cb.editRecords(t, 0, func(recs []map[string]any) []map[string]any {
+				require.Len(t, recs, 1)
+				var nodes []any
+				for _, n := range recs[0]["nodes"].([]any) {
+					if n.(map[string]any)["id"] != "w@"+tc.node {
+						nodes = append(nodes, n)
+					}
+				}
+				recs[0]["nodes"] = nodes
+				return recs
+			})
+			cb.refused(t, corrupt(t, "shard-0000.ndjson.gz", `workflow "w": node "`+tc.node+`" is `+tc.state+` and its job "w@`+tc.node+`" is missing`))
+		})
+	}
+
+	// An ended node's job that expired before its workflow: restored as it is.
+	ctx := context.Background()
+	src := open(t, b, rc, shard.Config{Shards: 1})
+	_, err := src.CreateWorkflow(ctx, &job.Workflow{ID: "w", Jobs: []job.Node{wfNode("a", "qa", ""), wfNode("b", "qb", "", "a")}})
+	require.NoError(t, err)
+	finishOne(t, src, claimOne(t, src, "w", "qa"), shard.Succeeded, "")
+	cb := exportOf(t, b, src)
+	cb.editRecords(t, 0, func(recs []map[string]any) []map[string]any {
+		nodes := recs[0]["nodes"].([]any)
+		require.Len(t, nodes, 2)
+		if nodes[0].(map[string]any)["id"] == "w@a" {
+			recs[0]["nodes"] = nodes[1:]
+		} else {
+			recs[0]["nodes"] = nodes[:1]
+		}
+		return recs
+	})
+	res, err := snapshot.Restore(ctx, cb.dst, cb.bk, cb.m.ID, snapshot.ReadOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Workflows)
+	finishOne(t, cb.dst, claimOne(t, cb.dst, "w", "qb"), shard.Succeeded, "")
+	w, err := cb.dst.Workflow(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, job.WorkflowSucceeded, w.State)
+}

@@ -135,6 +135,14 @@ func (r record) item(format int) (item, error) {
 		nodes[node] = true
 		w.Nodes = append(w.Nodes, j)
 	}
+	// A node that waits for its parents or was released has its job (only an ended
+	// node's may have expired): restored without it, the node would never run nor end,
+	// and its workflow would run for ever.
+	for node, seen := range nodes {
+		if st, _, _ := strings.Cut(r.Fields["s:"+node], "|"); !seen && (st == "waiting" || st == "released") {
+			return item{}, fmt.Errorf("workflow %q: node %q is %s and its job %q is missing", r.Workflow, node, st, job.NodeJobID(r.Workflow, node))
+		}
+	}
 	return item{workflow: w}, nil
 }
 
