@@ -558,12 +558,6 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
   return marked
 end
 
--- wf_mark_one is wf_mark_many for the commonest end, taken without its tables: one node
--- of the workflow succeeded in the call, and it has one child, which its end releases or
--- leaves waiting (a chain's node, a fan-in's parent ended alone). It reads what
--- wf_mark_many reads and writes what it writes, or returns nil before writing anything
--- for any other end (the caller then calls wf_mark_many); else how many nodes ended now
--- (1, or 0 when the node had ended already).
 -- wf_keep_result writes a succeeded node's result, if any (wf_mark_one).
 local function wf_keep_result(wk, node, result)
   if result then
@@ -571,7 +565,15 @@ local function wf_keep_result(wk, node, result)
   end
 end
 
+-- WF_WAITING matches a waiting node's state (wf_get's form), capturing its other parts.
 local WF_WAITING = '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$'
+
+-- wf_mark_one is wf_mark_many for the commonest end, taken without its tables: one node
+-- of the workflow succeeded in the call, and it has one child, which its end releases or
+-- leaves waiting (a chain's node, a fan-in's parent ended alone), or none (the workflow
+-- may end). It reads what wf_mark_many reads and writes what it writes, or returns nil
+-- before writing anything for any other end (the caller then calls wf_mark_many); else
+-- 1 (the node ended now).
 local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retention, rel)
   if st ~= 'succeeded' then
     return nil
@@ -580,7 +582,7 @@ local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retent
   local v = redis.call('HMGET', wk, 'left', fs, 'c:' .. node)
   local child = v[3] or ''
   local left = wf_num(v[1]) - 1
-  if string.find(child, ',', 1, true) or (left <= 0) ~= (child == '') then
+  if string.find(child, ',', 1, true) or (left <= 0 and child ~= '') then
     return nil
   end
   local cur, mid, oldAtt = string.match(v[2] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
@@ -597,6 +599,12 @@ local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retent
     wf_keep_result(wk, node, result)
     redis.call('HSET', wk, fs, own, 'left', '0', 'st', fin, 'en', nowStr)
     wf_finished(P, wk, wf, now, nowStr, retention, fin)
+    return 1
+  end
+  if child == '' then
+    -- A leaf, and other nodes have not ended.
+    wf_keep_result(wk, node, result)
+    redis.call('HSET', wk, fs, own, 'left', wf_int(left))
     return 1
   end
   local cf = 's:' .. child
