@@ -56,14 +56,14 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 	// deadline by it before each write instead, so that a stream lasts while a client
 	// that stops reading is still dropped after it.
 	conn, writeTimeout := ctx.Conn(), u.api.WriteTimeout()
+	st := &stream{u: u, v: v, name: name, id: id, q: q}
 	// The writer runs after this handler returns: it uses copies, never ctx.
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		var last []byte
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for n := 0; ; n++ {
 			bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			b, err := u.refresh(bg, v, name, id, q, n)
+			b, err := st.next(bg, n)
 			cancel()
 			if conn.SetWriteDeadline(time.Now().Add(writeTimeout)) != nil {
 				return // the connection is closed
@@ -78,8 +78,7 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 			case err != nil:
 				u.log.Warn("live update", "page", name, "error", err)
 				_, _ = w.WriteString(": error\n\n") // a comment: keeps the stream, shows nothing
-			case !bytes.Equal(b, last):
-				last = b
+			case b != nil:
 				_, _ = w.WriteString("event: update\ndata: ")
 				_, _ = w.Write(b)
 				_, _ = w.WriteString("\n\n")
@@ -96,6 +95,26 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 			}
 		}
 	})
+}
+
+// stream is the state of one page's event stream: what it sent last.
+type stream struct {
+	u        *UI
+	v        *viewer
+	name, id string
+	q        url.Values
+	last     []byte
+}
+
+// next is the stream's n-th check (from 0): the update to send, or nil when the page's
+// live parts did not change since the last one sent.
+func (s *stream) next(ctx context.Context, n int) ([]byte, error) {
+	b, err := s.u.refresh(ctx, s.v, s.name, s.id, s.q, n)
+	if err != nil || bytes.Equal(b, s.last) {
+		return nil, err
+	}
+	s.last = b
+	return b, nil
 }
 
 // refresh re-checks the session (logout ends the stream) and renders the update.

@@ -31,18 +31,19 @@ var testTokens = []ingest.Token{{Secret: readToken, Scope: ingest.ScopeRead}, {S
 
 // bundle is an API server with the dashboard mounted, listening on loopback.
 type bundle struct {
-	t     *testing.T
+	t     testing.TB
 	store *shard.Store
+	ui    *ui.UI
 	base  string // http://127.0.0.1:port
 }
 
-func setup(t *testing.T, b redistest.Backend, tokens []ingest.Token, cfg ui.Config) *bundle {
+func setup(t testing.TB, b redistest.Backend, tokens []ingest.Token, cfg ui.Config) *bundle {
 	t.Helper()
 	return setupAPI(t, b, ingest.Config{Tokens: tokens}, cfg)
 }
 
 // setupAPI is setup with the API's config (Store and Addr are filled in).
-func setupAPI(t *testing.T, b redistest.Backend, icfg ingest.Config, cfg ui.Config) *bundle {
+func setupAPI(t testing.TB, b redistest.Backend, icfg ingest.Config, cfg ui.Config) *bundle {
 	t.Helper()
 	rc := b.Client(t)
 	store, err := shard.Open(context.Background(), rc, shard.Config{Namespace: redistest.Namespace(t, b), Shards: 8})
@@ -54,7 +55,7 @@ func setupAPI(t *testing.T, b redistest.Backend, icfg ingest.Config, cfg ui.Conf
 	if cfg.LiveEvery == 0 {
 		cfg.LiveEvery = 100 * time.Millisecond
 	}
-	_, err = ui.Mount(cfg)
+	u, err := ui.Mount(cfg)
 	require.NoError(t, err)
 	require.NoError(t, api.Start(context.Background()))
 	t.Cleanup(func() {
@@ -62,7 +63,7 @@ func setupAPI(t *testing.T, b redistest.Backend, icfg ingest.Config, cfg ui.Conf
 		defer cancel()
 		require.NoError(t, api.Stop(ctx))
 	})
-	return &bundle{t: t, store: store, base: "http://" + api.Addr()}
+	return &bundle{t: t, store: store, ui: u, base: "http://" + api.Addr()}
 }
 
 func setupMini(t *testing.T, tokens []ingest.Token, cfg ui.Config) *bundle {
@@ -74,7 +75,7 @@ func setupMini(t *testing.T, tokens []ingest.Token, cfg ui.Config) *bundle {
 // browser is an HTTP client that keeps cookies and does not follow redirects, sending
 // the headers a browser sends on same-origin requests.
 type browser struct {
-	t    *testing.T
+	t    testing.TB
 	b    *bundle
 	hc   *http.Client
 	csrf string
