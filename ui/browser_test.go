@@ -345,6 +345,9 @@ func TestBrowser_Dashboard(t *testing.T) {
 		require.NotEmpty(t, updates)
 		// And a button of the page acts.
 		run(t, clickLive("#act-resume"), chromedp.WaitVisible("#act-pause", chromedp.ByID))
+		// What the action said stays, across the live update that shows what it did.
+		run(t, chromedp.Poll(`(() => { const s = document.getElementById("action-status"); return s !== null && s.textContent === "resume: done" })()`,
+			nil, chromedp.WithPollingTimeout(5*time.Second)))
 		require.Equal(t, job.StateScheduled, state("nightly"))
 		// Cancel from a job's page: its state changes on the page, without a reload.
 		run(t, chromedp.Navigate(base+"/ui/jobs/bulk-2"), chromedp.WaitVisible("#act-cancel", chromedp.ByID), noConfirm,

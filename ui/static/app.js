@@ -188,10 +188,17 @@
   function setStatus(s) { if (light) { light.textContent = s; light.setAttribute("data-state", s); } }
   function apply(json) {
     var frags = JSON.parse(json);
+    // An action's status sits after its form, in a fragment: it is kept across the
+    // fragment's update, which would drop what the action said.
+    var status = document.getElementById("action-status");
     Object.keys(frags).forEach(function (k) {
       var el = document.querySelector('[data-fragment="' + k + '"]');
       if (el) el.innerHTML = frags[k];
     });
+    if (status && !status.isConnected) {
+      var form = document.getElementById("job-actions") || document.getElementById("wf-actions");
+      if (form) form.after(status);
+    }
     updates++;
     document.body.setAttribute("data-updates", String(updates));
     drawCharts();
