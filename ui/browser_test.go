@@ -475,7 +475,9 @@ func TestBrowser_Workflow(t *testing.T) {
 	require.Equal(t, 4, rows, "etl, "+wf+", the instance and the definition")
 
 	run(chromedp.Click(`#workflows a[href="/ui/workflows/`+wf+`"]`, chromedp.ByQuery), chromedp.WaitVisible("#wf-graph", chromedp.ByID),
-		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), chromedp.Evaluate(`window.__notReloaded = true`, nil))
+		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery), chromedp.Evaluate(`window.__notReloaded = true`, nil),
+		// The table and the drawing are patched, node by node, never replaced.
+		chromedp.Evaluate(`document.getElementById("wf-nodes").__kept = document.getElementById("wf-graph").__kept = true`, nil))
 	require.Equal(t, map[string]string{"extract": "node ready", "transform": "node waiting", "load": "node waiting",
 		"report": "node waiting", "alert": "node waiting"}, classes())
 	var edges, markers int
@@ -497,9 +499,14 @@ func TestBrowser_Workflow(t *testing.T) {
 	// report fails while load runs: alert (one_failed) is released.
 	finish(map[string]shard.Outcome{"report": shard.Failed})
 	run(state("report", "failed"), state("load", "running"), state("alert", "ready"), screenshot(shots, "workflow"))
-	var notReloaded bool
-	run(chromedp.Evaluate(`window.__notReloaded === true`, &notReloaded))
+	var notReloaded, kept bool
+	run(chromedp.Evaluate(`window.__notReloaded === true`, &notReloaded),
+		chromedp.Evaluate(`document.getElementById("wf-nodes").__kept === true && document.getElementById("wf-graph").__kept === true`, &kept))
 	require.True(t, notReloaded, "updated in place, without a reload")
+	require.True(t, kept, "the changed nodes' rows and drawings were put in place of theirs, the table and drawing kept")
+	var rowState string
+	run(chromedp.Evaluate(`document.querySelector('#wf-nodes tr[data-node="report"] .badge').textContent`, &rowState))
+	require.Equal(t, "failed", rowState)
 
 	// Cancel from the page: the state becomes cancelled, on the page and in the store.
 	run(noConfirm, clickLive("#act-cancel"), chromedp.WaitVisible("#wf-state.cancelled", chromedp.ByQuery),

@@ -2,6 +2,8 @@ package ui
 
 import (
 	"bytes"
+	"context"
+	"hash/maphash"
 	"io"
 	"net"
 	"net/http"
@@ -44,6 +46,12 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, loopback, nil)
 	t.api.ServeFor(&ctx, t.scope, t.who, "ui", t.remote)
+	if h, ok := r.Context().Value(digestKey{}).(*maphash.Hash); ok {
+		_, _ = h.WriteString(r.URL.Path)
+		_ = h.WriteByte(byte(ctx.Response.StatusCode() % 256))
+		_, _ = h.Write(ctx.Response.Body())
+		_ = h.WriteByte(0)
+	}
 	res := &http.Response{
 		StatusCode: ctx.Response.StatusCode(), Header: http.Header{}, Request: r,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -65,4 +73,15 @@ func (u *UI) client(v *viewer) *ingest.Client {
 		panic("ui: in-process client: " + err.Error()) // a constant URL: cannot fail
 	}
 	return c
+}
+
+// digestKey is the context key of the hash that an in-process request's reply is added
+// to (withDigest).
+type digestKey struct{}
+
+// withDigest returns a context whose API requests through the in-process client add
+// their path, status and reply to h, in the order they are made: what a page was made
+// of, to tell whether it changed without rendering it.
+func withDigest(ctx context.Context, h *maphash.Hash) context.Context {
+	return context.WithValue(ctx, digestKey{}, h)
 }

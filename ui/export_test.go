@@ -17,8 +17,8 @@ type LiveStream struct {
 }
 
 // NewLiveStream opens the stream of page (a dashboard URL) for the viewer of a server
-// without tokens.
-func (u *UI) NewLiveStream(page string) (*LiveStream, error) {
+// without tokens, for a page that shows version since ("": unknown).
+func (u *UI) NewLiveStream(page, since string) (*LiveStream, error) {
 	target, err := url.Parse(page)
 	if err != nil {
 		return nil, err
@@ -28,7 +28,7 @@ func (u *UI) NewLiveStream(page string) (*LiveStream, error) {
 		return nil, fmt.Errorf("no live page: %s", page)
 	}
 	v := &viewer{scope: ingest.ScopeWrite, csrf: u.anonCSRF, who: ingest.Anonymous, remote: "127.0.0.1:1"}
-	return &LiveStream{s: &stream{u: u, v: v, name: name, id: id, q: target.Query()}}, nil
+	return &LiveStream{s: &stream{u: u, v: v, name: name, id: id, q: target.Query(), version: since}}, nil
 }
 
 // Next returns the update the stream sends now, or nil when there is none.

@@ -39,6 +39,7 @@ type graphNode struct {
 // drawnNode is a node placed in the drawing.
 type drawnNode struct {
 	X, Y  int
+	W, H  int // its size
 	ID    string
 	Label string // ID, shortened to fit
 	State string
@@ -49,7 +50,6 @@ type drawnNode struct {
 // graph is a laid-out workflow for the template.
 type graph struct {
 	Width, Height int
-	W, H          int // a node's size
 	Nodes         []drawnNode
 	Edges         []string // SVG path data, parent to child
 }
@@ -131,7 +131,7 @@ func layout(nodes []graphNode) *graph {
 	for _, c := range byCol {
 		tallest = max(tallest, len(c))
 	}
-	g := &graph{W: nodeW, H: nodeH, Width: 2*pad + cols*nodeW + (cols-1)*gapX, Height: 2*pad + tallest*nodeH + (tallest-1)*gapY}
+	g := &graph{Width: 2*pad + cols*nodeW + (cols-1)*gapX, Height: 2*pad + tallest*nodeH + (tallest-1)*gapY}
 	x := make([]int, len(nodes))
 	y := make([]int, len(nodes))
 	for c, is := range byCol {
@@ -142,7 +142,7 @@ func layout(nodes []graphNode) *graph {
 		}
 	}
 	for i, n := range nodes {
-		dn := drawnNode{X: x[i], Y: y[i], ID: n.ID, Label: shorten(n.ID, 18), State: n.State, Note: shorten(n.Note, 22)}
+		dn := drawnNode{X: x[i], Y: y[i], W: nodeW, H: nodeH, ID: n.ID, Label: shorten(n.ID, 18), State: n.State, Note: shorten(n.Note, 22)}
 		if n.JobID != "" {
 			dn.URL = Prefix + "/jobs/" + url.PathEscape(n.JobID)
 		}

@@ -43,7 +43,7 @@ func BenchmarkLive_Workflow10k(b *testing.B) {
 	sh := tb.store.ShardOf(wf)
 
 	measure := func(b *testing.B, change func()) {
-		s, err := tb.ui.NewLiveStream("/ui/workflows/" + wf)
+		s, err := tb.ui.NewLiveStream("/ui/workflows/"+wf, "")
 		require.NoError(b, err)
 		_, err = s.Next(ctx) // the stream's first check
 		require.NoError(b, err)

@@ -3,7 +3,9 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"hash/maphash"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -17,6 +19,9 @@ type pageDef struct {
 	name, title string
 	live        []string // fragments the event stream refreshes
 	load        func(u *UI, rc context.Context, c *ingest.Client, q url.Values, id string) (any, error)
+	// clock is set for a page whose live fragments show how long ago something was: it
+	// changes every second, whatever the API says.
+	clock bool
 }
 
 var defs = map[string]*pageDef{
@@ -25,7 +30,7 @@ var defs = map[string]*pageDef{
 	"job":       {name: "job", title: "Job", live: []string{"job", "runs"}, load: (*UI).loadJob},
 	"dead":      {name: "dead", title: "Dead letters", live: []string{"dead"}, load: (*UI).loadDead},
 	"schedules": {name: "schedules", title: "Schedules", live: []string{"schedules"}, load: (*UI).loadSchedules},
-	"cluster":   {name: "cluster", title: "Cluster", live: []string{"cluster"}, load: (*UI).loadCluster},
+	"cluster":   {name: "cluster", title: "Cluster", live: []string{"cluster"}, load: (*UI).loadCluster, clock: true},
 	"audit":     {name: "audit", title: "Audit log", live: []string{"audit"}, load: (*UI).loadAudit},
 	"workflows": {name: "workflows", title: "Workflows", live: []string{"workflows"}, load: (*UI).loadWorkflows},
 	"workflow":  {name: "workflow", title: "Workflow", live: []string{"workflow", "graph", "nodes"}, load: (*UI).loadWorkflow},
@@ -36,7 +41,7 @@ func (u *UI) show(ctx *fasthttp.RequestCtx, v *viewer, name, id string) {
 	d := defs[name]
 	q, _ := url.ParseQuery(string(ctx.URI().QueryString()))
 	rc, cancel := u.rctx(ctx)
-	data, err := d.load(u, rc, u.client(v), q, id)
+	data, version, err := u.load(rc, v, name, id, q)
 	cancel()
 	if err != nil {
 		u.apiFail(ctx, err)
@@ -45,8 +50,27 @@ func (u *UI) show(ctx *fasthttp.RequestCtx, v *viewer, name, id string) {
 	p := u.pageOf(v, name, d.title, data)
 	if len(d.live) > 0 && liveOK(name, q) {
 		p.Live = Prefix + "/events?page=" + url.QueryEscape(string(ctx.URI().RequestURI()))
+		p.Version = version
 	}
 	u.renderPage(ctx, name, p)
+}
+
+// load loads page name's data and its version: a hash of every API reply read for it
+// (and of the second, for a page whose live fragments say how long ago something was).
+// The version changes whenever what the page shows may have changed, so a live update
+// compares versions and renders nothing while they are equal.
+func (u *UI) load(ctx context.Context, v *viewer, name, id string, q url.Values) (data any, version string, err error) {
+	d := defs[name]
+	var h maphash.Hash
+	h.SetSeed(u.seed)
+	data, err = d.load(u, withDigest(ctx, &h), u.client(v), q, id)
+	if err != nil {
+		return nil, "", err
+	}
+	if d.clock {
+		_, _ = h.WriteString(strconv.FormatInt(time.Now().Unix(), 10))
+	}
+	return data, strconv.FormatUint(h.Sum64(), 36), nil
 }
 
 // liveOK: pages past their first page are not refreshed (the rows would change under

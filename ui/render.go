@@ -23,6 +23,7 @@ type page struct {
 	AuthRequired bool
 	LoggedIn     bool
 	Live         string // the URL of the page's event stream; "" without live updates
+	Version      string // of what the page shows (UI.load): its stream sends nothing until it changes
 	Data         any
 }
 

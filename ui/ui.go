@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -60,6 +61,9 @@ type UI struct {
 	static fasthttp.RequestHandler
 	// anonCSRF is the CSRF token of the pages when the API has no tokens (no sessions).
 	anonCSRF string
+	// seed is the seed of the pages' versions (load): a page rendered by another
+	// process has another version, and its stream starts with a whole update.
+	seed maphash.Seed
 }
 
 // New returns the dashboard of cfg.API.
@@ -85,7 +89,8 @@ func New(cfg Config) (*UI, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	u := &UI{cfg: cfg, api: cfg.API, store: cfg.API.Store(), log: cfg.Logger.With("component", "ui"), anonCSRF: randToken()}
+	u := &UI{cfg: cfg, api: cfg.API, store: cfg.API.Store(), log: cfg.Logger.With("component", "ui"), anonCSRF: randToken(),
+		seed: maphash.MakeSeed()}
 	var err error
 	if u.pages, err = parseTemplates(); err != nil {
 		return nil, err

@@ -3,7 +3,6 @@ package ui_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -200,8 +199,7 @@ func TestUI_LiveEvents(t *testing.T) {
 	// Polling: one JSON object of fragments.
 	p = br.get("/ui/events?once=1&page=%2Fui%2Fjobs%2Flive-1")
 	require.Equal(t, 200, p.status)
-	var frags map[string]string
-	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	frags := fragmentsOf(t, p.body)
 	require.Contains(t, frags["job"], "scheduled")
 	require.Contains(t, frags, "runs")
 	// The fragments' HTML is sent as it is, not as \u003c... (six bytes for each '<',

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -300,3 +301,33 @@ func workflowOf(jobID string) *nodeRef {
 
 // workflowURL is the page of workflow id.
 func workflowURL(id string) string { return Prefix + "/workflows/" + url.PathEscape(id) }
+
+// sameNodes reports whether a live update of a page that shows shown may patch the nodes
+// that changed in d (renderUpdate): both are workflows (not definitions) of the same
+// nodes, in the same order, with the same rules and parents, both drawn or neither.
+func (d *workflowData) sameNodes(shown *workflowData) bool {
+	if d.Definition || shown.Definition || len(d.W.Nodes) != len(shown.W.Nodes) || (d.Graph == nil) != (shown.Graph == nil) {
+		return false
+	}
+	for i, n := range d.W.Nodes {
+		o := shown.W.Nodes[i]
+		if n.ID != o.ID || n.JobID != o.JobID || n.Rule != o.Rule || !slices.Equal(n.DependsOn, o.DependsOn) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameNode reports whether a node's row and drawing show the same for a and b (a
+// node of the same id, rule and parents).
+func sameNode(a, b ingest.Node) bool {
+	return a.State == b.State && a.Attempts == b.Attempts && a.ResultSize == b.ResultSize &&
+		sameTime(a.ReleasedAt, b.ReleasedAt) && sameTime(a.EndedAt, b.EndedAt)
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}

@@ -2,7 +2,6 @@ package ui_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -121,8 +120,7 @@ func TestUI_WorkflowList(t *testing.T) {
 	// The live fragment of the list.
 	p = br.get("/ui/events?once=1&page=%2Fui%2Fworkflows")
 	require.Equal(t, 200, p.status, p.body)
-	var frags map[string]string
-	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	frags := fragmentsOf(t, p.body)
 	require.Contains(t, frags["workflows"], `href="/ui/workflows/etl"`)
 }
 
@@ -196,8 +194,7 @@ func TestUI_WorkflowPage(t *testing.T) {
 	// Live fragments: the state, the drawing, the nodes.
 	p = br.get("/ui/events?once=1&page=" + url.QueryEscape("/ui/workflows/"+instance))
 	require.Equal(t, 200, p.status, p.body)
-	var frags map[string]string
-	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	frags := fragmentsOf(t, p.body)
 	require.Contains(t, frags["graph"], `data-node="load"`)
 	require.Contains(t, frags["workflow"], `id="wf-state"`)
 	require.Contains(t, frags["nodes"], `id="wf-nodes"`)
@@ -266,8 +263,7 @@ func TestUI_WorkflowPage(t *testing.T) {
 	// Its instances in the live fragment too.
 	p = br.get("/ui/events?once=1&page=%2Fui%2Fworkflows%2Fbuf")
 	require.Equal(t, 200, p.status, p.body)
-	frags = nil
-	require.NoError(t, json.Unmarshal([]byte(p.body), &frags))
+	frags = fragmentsOf(t, p.body)
 	require.Contains(t, frags["nodes"], `<tr data-wf="`+bufIDs[1]+`">`)
 
 	p = br.post("/ui/actions/workflow", url.Values{"id": {"etl"}, "action": {"pause"}})

@@ -179,15 +179,37 @@
   }
 
   // Live updates: one event stream per page, closed while the tab is hidden; polling
-  // every 5 s when streams fail.
+  // every 5 s when streams fail. version is that of what the page shows (the server's
+  // hash of what it read for it): the server sends nothing until the page's version
+  // changes, and then what changed.
   var url = document.body.getAttribute("data-live");
+  var version = document.body.getAttribute("data-live-version") || "";
   // page is the page's parameter of the stream's URL, as the server wrote it (encoded).
   var page = url ? url.replace(/^\/ui\/events\?page=/, "") : "";
   var es = null, poll = null, failures = 0, updates = 0;
   var light = document.getElementById("live-status");
   function setStatus(s) { if (light) { light.textContent = s; light.setAttribute("data-state", s); } }
+  // byNode indexes the elements sel finds by their data-node.
+  function byNode(sel) {
+    var m = new Map();
+    document.querySelectorAll(sel).forEach(function (e) { m.set(e.getAttribute("data-node"), e); });
+    return m;
+  }
+  // patchNodes puts a workflow's changed nodes in place of theirs: the table's row and
+  // the drawing's node. False when the page has no such node: it is out of step.
+  function patchNodes(nodes) {
+    var rows = byNode("#wf-nodes tr[data-node]"), drawn = byNode("#wf-graph .node[data-node]");
+    for (var i = 0; i < nodes.length; i++) {
+      var n = nodes[i], row = rows.get(n.id), g = drawn.get(n.id);
+      if (!row || (n.drawn && !g)) return false;
+      row.outerHTML = n.row;
+      if (n.drawn) g.outerHTML = n.drawn; // parsed in the SVG: its parent's namespace
+    }
+    return true;
+  }
   function apply(json) {
-    var frags = JSON.parse(json);
+    var u = JSON.parse(json);
+    var frags = u.fragments || {};
     // An action's status sits after its form, in a fragment: it is kept across the
     // fragment's update, which would drop what the action said.
     var status = document.getElementById("action-status");
@@ -199,6 +221,13 @@
       var form = document.getElementById("job-actions") || document.getElementById("wf-actions");
       if (form) form.after(status);
     }
+    if (u.nodes && !patchNodes(u.nodes)) {
+      // Out of step: the whole of the page's live parts, from a stream opened afresh.
+      version = "";
+      if (es) { close(); open(); }
+      return;
+    }
+    version = u.version || "";
     updates++;
     document.body.setAttribute("data-updates", String(updates));
     drawCharts();
@@ -208,15 +237,17 @@
     setStatus("polling");
     poll = setInterval(function () {
       if (document.hidden) return;
-      fetch("/ui/events?once=1&page=" + page, { credentials: "same-origin", headers: { "Accept": "application/json" } })
-        .then(function (r) { if ((r.status === 401 || r.status === 404) && !acting) { location.reload(); } return r.ok ? r.text() : null; })
+      fetch("/ui/events?once=1&page=" + page + "&since=" + encodeURIComponent(version), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        .then(function (r) { if ((r.status === 401 || r.status === 404) && !acting) { location.reload(); } return r.status === 200 ? r.text() : null; })
         .then(function (t) { if (t) apply(t); });
     }, 5000);
   }
   function open() {
     if (!url || es || poll) return;
     if (typeof EventSource === "undefined") { startPolling(); return; }
-    es = new EventSource(url);
+    // A stream the browser opens again by itself sends the last update's id (its
+    // version) as Last-Event-ID, which the server prefers to since.
+    es = new EventSource(url + "&since=" + encodeURIComponent(version));
     es.addEventListener("open", function () { failures = 0; setStatus("live"); });
     es.addEventListener("update", function (e) { apply(e.data); });
     // The session ended, or the page's job or workflow is gone: the page, loaded again, says so.
@@ -227,7 +258,6 @@
   }
   function close() { if (es) { es.close(); es = null; setStatus("paused"); } }
   if (url) {
-    // The page was just rendered: the stream starts on its first change.
     url = "/ui/events?page=" + page;
     document.addEventListener("visibilitychange", function () { if (document.hidden) close(); else open(); });
     if (!document.hidden) open();

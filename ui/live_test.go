@@ -1,0 +1,242 @@
+package ui_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/ui"
+)
+
+// liveUpdate is a live update as the page's script reads it.
+type liveUpdate struct {
+	Version   string            `json:"version"`
+	Fragments map[string]string `json:"fragments"`
+	Nodes     []struct {
+		ID    string `json:"id"`
+		Row   string `json:"row"`
+		Drawn string `json:"drawn"`
+	} `json:"nodes"`
+}
+
+// fragmentsOf returns the fragments of an update (a body of /ui/events?once=1).
+func fragmentsOf(t *testing.T, body string) map[string]string {
+	t.Helper()
+	var u liveUpdate
+	require.NoError(t, json.Unmarshal([]byte(body), &u), body)
+	require.NotEmpty(t, u.Version)
+	return u.Fragments
+}
+
+var liveVersion = regexp.MustCompile(`data-live-version="([^"]*)"`)
+
+// versionOf returns the version a page was rendered with.
+func versionOf(t *testing.T, body string) string {
+	t.Helper()
+	m := liveVersion.FindStringSubmatch(body)
+	require.NotNil(t, m, "the page has a version")
+	require.NotEmpty(t, m[1])
+	return m[1]
+}
+
+// sse reads a page's event stream.
+type sse struct {
+	t *testing.T
+	r *bufio.Reader
+}
+
+// open opens the stream of page (a dashboard URL) for a page that shows version since,
+// with headers (name, value, ...).
+func (br *browser) openStream(page, since string, headers ...string) *sse {
+	br.t.Helper()
+	req, err := http.NewRequest("GET", br.b.base+"/ui/events?page="+url.QueryEscape(page)+"&since="+url.QueryEscape(since), nil)
+	require.NoError(br.t, err)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := br.hc.Do(req)
+	require.NoError(br.t, err)
+	br.t.Cleanup(func() { res.Body.Close() })
+	require.Equal(br.t, "text/event-stream", res.Header.Get("Content-Type"))
+	return &sse{t: br.t.(*testing.T), r: bufio.NewReader(res.Body)}
+}
+
+// next returns the stream's next event: its name, id and data.
+func (s *sse) next() (name, id, data string) {
+	s.t.Helper()
+	for {
+		line, err := s.r.ReadString('\n')
+		require.NoError(s.t, err)
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			name = line[len("event: "):]
+		case strings.HasPrefix(line, "id: "):
+			id = line[len("id: "):]
+		case strings.HasPrefix(line, "data: "):
+			data = line[len("data: "):]
+		case line == "" && name != "":
+			return name, id, data
+		}
+	}
+}
+
+// quiet reads the stream up to its first keep-alive, written by its first check when
+// it sent nothing, and fails on an event before it.
+func (s *sse) quiet() {
+	s.t.Helper()
+	for {
+		line, err := s.r.ReadString('\n')
+		require.NoError(s.t, err)
+		require.False(s.t, strings.HasPrefix(line, "event: ") || strings.HasPrefix(line, "data: "), "sent while nothing changed: %.200s", line)
+		if line == ": keep-alive\n" {
+			return
+		}
+	}
+}
+
+// update returns the next event, an update, decoded.
+func (s *sse) update() (liveUpdate, string) {
+	s.t.Helper()
+	name, id, data := s.next()
+	require.Equal(s.t, "update", name, data)
+	var u liveUpdate
+	require.NoError(s.t, json.Unmarshal([]byte(data), &u), data)
+	require.Equal(s.t, u.Version, id, "the event's id is its version (Last-Event-ID when the browser opens the stream again)")
+	return u, data
+}
+
+// A live page renders and sends nothing while what it shows did not change: its
+// version (a hash of the API's replies it was made of) is on the page; the stream sends
+// an update only when it changes, each with its version as the event's id, and a poll
+// with the page's version is 204.
+func TestUI_LiveVersion(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	ctx := context.Background()
+	_, err := tb.store.Create(ctx, []*job.Job{{ID: "v-1", Type: "t", Schedule: job.Schedule{Delay: 3600e9}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	p := br.get("/ui/jobs/v-1")
+	v1 := versionOf(t, p.body)
+	require.Equal(t, v1, versionOf(t, br.get("/ui/jobs/v-1").body), "the same job, the same version")
+
+	poll := "/ui/events?once=1&page=%2Fui%2Fjobs%2Fv-1&since="
+	p = br.get(poll + v1)
+	require.Equal(t, http.StatusNoContent, p.status, "nothing changed: nothing to send")
+	require.Empty(t, p.body)
+	p = br.get(poll + "stale")
+	require.Equal(t, 200, p.status)
+	require.Contains(t, fragmentsOf(t, p.body)["job"], "scheduled")
+
+	// The stream of the page as rendered: nothing until the job changes.
+	s := br.openStream("/ui/jobs/v-1", v1)
+	s.quiet()
+	_, _, err = tb.store.Pause(ctx, "v-1")
+	require.NoError(t, err)
+	u, _ := s.update()
+	id := u.Version
+	require.NotEqual(t, v1, id)
+	require.Contains(t, u.Fragments["job"], "paused")
+	p = br.get(poll + id)
+	require.Equal(t, http.StatusNoContent, p.status)
+
+	// A stream the browser opens again by itself sends the last event's id: it wins
+	// over the page's version in the URL (older).
+	s = br.openStream("/ui/jobs/v-1", v1, "Last-Event-ID", id)
+	s.quiet()
+	_, _, err = tb.store.Resume(ctx, "v-1")
+	require.NoError(t, err)
+	u, _ = s.update()
+	require.Contains(t, u.Fragments["job"], "scheduled", "the first update is the resume, not the pause it already has")
+}
+
+// A workflow's page gets the nodes that changed, each with its row of the table and its
+// node of the drawing, not the whole table and drawing: every change of a node shows,
+// one that moves no count of the workflow (ready to running) too.
+func TestUI_LiveWorkflowPatch(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, nil, ui.Config{})
+	ctx := context.Background()
+	const wf = "etl-patch"
+	_, err := tb.store.CreateWorkflow(ctx, etlWorkflow(wf))
+	require.NoError(t, err)
+	br := tb.browser()
+	page := br.get("/ui/workflows/" + wf)
+	require.Equal(t, 200, page.status, page.body)
+	s := br.openStream("/ui/workflows/"+wf, versionOf(t, page.body))
+	s.quiet()
+
+	// extract's run is claimed: ready to running, the same nodes left.
+	sh := tb.store.ShardOf(wf)
+	claimed, err := tb.store.Claim(ctx, sh, "default", 10, "w1", "n1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	u, data := s.update()
+	require.Len(t, u.Nodes, 1, data)
+	require.Equal(t, "extract", u.Nodes[0].ID)
+	require.Contains(t, u.Nodes[0].Row, `<tr data-node="extract">`)
+	require.Contains(t, u.Nodes[0].Row, `<span class="badge running">running</span>`)
+	require.Contains(t, u.Nodes[0].Drawn, `<a class="node running" href="/ui/jobs/`+wf+`@extract" data-node="extract">`)
+	require.Equal(t, []string{"workflow"}, keys(u.Fragments), "the state and counts; not the table, nor the drawing")
+	require.Contains(t, u.Fragments["workflow"], `<span class="badge running">1 running</span>`)
+
+	// extract ends: running to succeeded, and transform is released.
+	errs, err := tb.store.FinishRuns(ctx, sh, []shard.Finish{{Member: claimed[0].Member, Token: claimed[0].Token, Outcome: shard.Succeeded}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	u, data = s.update()
+	require.Len(t, u.Nodes, 2, data)
+	require.Equal(t, "extract", u.Nodes[0].ID)
+	require.Contains(t, u.Nodes[0].Row, `<span class="badge succeeded">succeeded</span>`)
+	require.Contains(t, u.Nodes[0].Drawn, `class="node succeeded"`)
+	require.Equal(t, "transform", u.Nodes[1].ID)
+	require.Contains(t, u.Nodes[1].Drawn, `class="node ready"`)
+	// The page, loaded now, has the same row and drawn node.
+	page = br.get("/ui/workflows/" + wf)
+	for _, n := range u.Nodes {
+		require.Contains(t, page.body, n.Row)
+		require.Contains(t, page.body, n.Drawn)
+	}
+
+	// A workflow too large to draw: the counts per state (the graph's fragment) and the
+	// rows.
+	wide := &job.Workflow{ID: "wide-patch"}
+	for i := range 401 {
+		wide.Jobs = append(wide.Jobs, wfNode("n"+strconv.Itoa(i), ""))
+	}
+	_, err = tb.store.CreateWorkflow(ctx, wide)
+	require.NoError(t, err)
+	page = br.get("/ui/workflows/wide-patch")
+	s = br.openStream("/ui/workflows/wide-patch", versionOf(t, page.body))
+	s.quiet()
+	claimed, err = tb.store.Claim(ctx, tb.store.ShardOf("wide-patch"), "default", 1, "w1", "n1")
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	u, data = s.update()
+	require.Len(t, u.Nodes, 1, data)
+	require.Empty(t, u.Nodes[0].Drawn)
+	require.Equal(t, []string{"graph", "workflow"}, keys(u.Fragments))
+	require.Contains(t, u.Fragments["graph"], `<span class="badge running">1 running</span>`)
+	require.Less(t, len(data), 4096, "one node's row, not 401")
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
