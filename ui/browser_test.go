@@ -241,6 +241,10 @@ func TestBrowser_Dashboard(t *testing.T) {
 		run(t, chromedp.Navigate(base+"/ui/jobs/xss-1"), chromedp.WaitVisible("#payload", chromedp.ByID),
 			chromedp.WaitVisible("#runs td.err", chromedp.ByQuery))
 		noXSS(t, ctx, xssType, `"<script>window.__xss=2</script>"`, `"\"><img src=x onerror=window.__xss=3>"`, xssError)
+		// A dead job: only Delete does something (its run is requeued from the dead letters).
+		var buttons []string
+		run(t, chromedp.Evaluate(`Array.from(document.querySelectorAll("#job-actions button"), b => b.value)`, &buttons))
+		require.Equal(t, []string{"delete"}, buttons)
 		run(t, chromedp.Navigate(base+"/ui/jobs?q=xss-1"), chromedp.WaitVisible("#exact", chromedp.ByID), screenshot(shots, "jobs"))
 		noXSS(t, ctx, xssType)
 		run(t, chromedp.Navigate(base+"/ui/dead?queue=xss"), chromedp.WaitVisible("#dead td.err", chromedp.ByQuery), screenshot(shots, "dead"))

@@ -231,6 +231,47 @@ type jobData struct {
 	PreviewErr string
 }
 
+// The actions a job's page offers are those that do something in its state (the API
+// answers the others with "nothing to do", or refuses them): pause a job that may still
+// start runs, resume a paused one, trigger one with an occurrence to fire (a recurring
+// job, or a one-time job whose run is not under way yet), cancel one that has not ended,
+// and delete any job. A workflow's node's job may only be cancelled: its workflow
+// decides when it runs.
+
+// node reports whether the job is a workflow's node's.
+func (d *jobData) node() bool { return workflowOf(d.Job.ID) != nil }
+
+// ended reports whether the job is in a final state: completed, dead or cancelled.
+func (d *jobData) ended() bool {
+	switch job.State(d.Job.State) {
+	case job.StateCompleted, job.StateDead, job.StateCancelled:
+		return true
+	}
+	return false
+}
+
+// CanPause reports whether Pause does something: the job may start runs.
+func (d *jobData) CanPause() bool {
+	return !d.node() && !d.ended() && d.Job.State != string(job.StatePaused)
+}
+
+// CanResume reports whether the job is paused.
+func (d *jobData) CanResume() bool { return !d.node() && d.Job.State == string(job.StatePaused) }
+
+// CanTrigger reports whether Trigger fires a run: a recurring job gets an extra one, a
+// one-time job's pending run fires now; a paused or ended job, or a one-time job whose
+// run is under way (ready, running, retrying), has none to fire.
+func (d *jobData) CanTrigger() bool {
+	return d.CanPause() && (d.Job.Schedule.Cron != "" || d.Job.NextRunAt != nil)
+}
+
+// CanCancel reports whether the job has not ended: cancelling an ended job (its run
+// completed, dead or cancelled) changes nothing.
+func (d *jobData) CanCancel() bool { return !d.ended() }
+
+// CanDelete reports whether the job may be deleted: any job but a workflow's node's.
+func (d *jobData) CanDelete() bool { return !d.node() }
+
 func (u *UI) loadJob(rc context.Context, c *ingest.Client, _ url.Values, id string) (any, error) {
 	j, err := c.GetJob(rc, id)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -346,4 +347,114 @@ func TestUI_NodeJobActions(t *testing.T) {
 	for _, id := range []string{"act-pause", "act-trigger", "act-cancel", "act-delete"} {
 		require.Contains(t, p.body, `id="`+id+`"`)
 	}
+}
+
+// A job's page offers the actions that do something in the job's state, in every state:
+// a dead job's Cancel, which changed nothing, is gone.
+func TestUI_JobActionsByState(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	store := tb.store
+	createWorkflows(t, store) // etl: extract ready, the others waiting
+	once := func(id string, attempts int, now bool) {
+		t.Helper()
+		j := &job.Job{ID: id, Queue: id, Type: "t", Retry: job.RetryPolicy{MaxAttempts: attempts}, Schedule: job.Schedule{Delay: time.Hour}}
+		if now {
+			j.Schedule = job.Schedule{Now: true}
+		}
+		_, err := store.Create(ctx, []*job.Job{j})
+		require.NoError(t, err)
+	}
+	// run claims the ready run of queue q and ends it with outcome o (none: it runs on).
+	run := func(q string, o shard.Outcome) {
+		t.Helper()
+		sh := store.ShardOf(q)
+		claimed, err := store.Claim(ctx, sh, q, 1, "w1", "n1")
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		if o == "" {
+			return
+		}
+		errs, err := store.FinishRuns(ctx, sh, []shard.Finish{{Member: claimed[0].Member, Token: claimed[0].Token, Outcome: o}})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+	}
+	once("scheduled", 1, false)
+	once("ready", 1, true)
+	once("running", 1, true)
+	run("running", "")
+	once("retrying", 3, true)
+	run("retrying", shard.Failed)
+	once("paused", 1, false)
+	_, _, err := store.Pause(ctx, "paused")
+	require.NoError(t, err)
+	once("completed", 1, true)
+	run("completed", shard.Succeeded)
+	once("dead", 1, true)
+	run("dead", shard.Failed)
+	once("cancelled", 1, false)
+	_, _, err = store.Cancel(ctx, "cancelled")
+	require.NoError(t, err)
+	_, err = store.Create(ctx, []*job.Job{{ID: "cron", Type: "t", Schedule: job.Schedule{Cron: "0 3 * * *"}}})
+	require.NoError(t, err)
+	// etl@extract's run fails (one attempt): dead; its children are released or end.
+	sh := store.ShardOf("etl")
+	claimed, err := store.Claim(ctx, sh, "default", 10, "w1", "n1")
+	require.NoError(t, err)
+	for _, c := range claimed {
+		if c.JobID == "etl@extract" {
+			errs, err := store.FinishRuns(ctx, sh, []shard.Finish{{Member: c.Member, Token: c.Token, Outcome: shard.Failed}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+		}
+	}
+
+	br := tb.browser()
+	br.login(writeToken)
+	all := []string{"resume", "pause", "trigger", "cancel", "delete"}
+	for _, c := range []struct {
+		id, state string
+		actions   []string
+	}{
+		{"scheduled", "scheduled", []string{"pause", "trigger", "cancel", "delete"}},
+		{"cron", "scheduled", []string{"pause", "trigger", "cancel", "delete"}},
+		{"ready", "ready", []string{"pause", "cancel", "delete"}},
+		{"running", "running", []string{"pause", "cancel", "delete"}},
+		{"retrying", "retrying", []string{"pause", "cancel", "delete"}},
+		{"paused", "paused", []string{"resume", "cancel", "delete"}},
+		{"completed", "completed", []string{"delete"}},
+		{"dead", "dead", []string{"delete"}},
+		{"cancelled", "cancelled", []string{"delete"}},
+		{"nightly@1893466800000@extract", "", []string{"cancel"}}, // ready (running if claimed with etl's)
+		{"nightly@1893466800000@load", "waiting", []string{"cancel"}},
+		{"etl@extract", "dead", nil},
+		{"etl@load", "cancelled", nil}, // upstream failed
+	} {
+		if c.state == "" {
+			info, err := store.Get(ctx, c.id)
+			require.NoError(t, err)
+			c.state = string(info.State)
+			require.Contains(t, []string{"ready", "running"}, c.state)
+		}
+		p := br.get("/ui/jobs/" + c.id)
+		require.Equal(t, 200, p.status, c.id)
+		require.Contains(t, p.body, `<span class="badge `+c.state+`" id="job-state">`, c.id)
+		for _, a := range all {
+			if slices.Contains(c.actions, a) {
+				require.Contains(t, p.body, `id="act-`+a+`"`, "%s (%s) offers %s", c.id, c.state, a)
+			} else {
+				require.NotContains(t, p.body, `id="act-`+a+`"`, "%s (%s) offers %s, which does nothing", c.id, c.state, a)
+			}
+		}
+	}
+	// What the page no longer offers did nothing: a dead job's cancel.
+	p := br.post("/ui/actions/job", url.Values{"id": {"dead"}, "action": {"cancel"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	info, err := store.Get(ctx, "dead")
+	require.NoError(t, err)
+	require.Equal(t, job.StateDead, info.State)
+	dead, _, err := store.Dead(ctx, "dead", 10, "")
+	require.NoError(t, err)
+	require.Len(t, dead, 1, "its run is still a dead letter")
 }
