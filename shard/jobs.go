@@ -163,11 +163,17 @@ func joinPayload(m map[string]string) []byte {
 // *job.FieldError and are not stored. The error is the first Redis error, if any; the
 // results then say which jobs it hit.
 func (s *Store) Create(ctx context.Context, jobs []*job.Job) ([]CreateResult, error) {
+	return s.createJobs(ctx, jobs, s.cfg.MaxPayload)
+}
+
+// createJobs is Create with jobs' payloads bounded by maxPayload: the job limit, or a
+// scheduled workflow's definition's (createDefinition).
+func (s *Store) createJobs(ctx context.Context, jobs []*job.Job, maxPayload int) ([]CreateResult, error) {
 	results := make([]CreateResult, len(jobs))
 	byShard := map[ID][]*encodedJob{}
 	var est time.Time
 	for i, j := range jobs {
-		if err := j.Normalize(s.cfg.MaxPayload); err != nil {
+		if err := j.Normalize(maxPayload); err != nil {
 			results[i] = CreateResult{ID: j.ID, Err: err}
 			continue
 		}

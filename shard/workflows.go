@@ -88,7 +88,9 @@ func (s *Store) createDefinition(ctx context.Context, w *job.Workflow) (Workflow
 	if err := def.Normalize(maxDefinitionPayload); err != nil {
 		return WorkflowResult{ID: w.ID}, err
 	}
-	rs, err := s.Create(ctx, []*job.Job{def})
+	// Its payload is bounded by the definition's limit, not the job limit (a definition
+	// holds every node's payload, base64-encoded).
+	rs, err := s.createJobs(ctx, []*job.Job{def}, maxDefinitionPayload)
 	r := rs[0]
 	if err == nil {
 		err = r.Err

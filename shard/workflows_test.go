@@ -1863,3 +1863,43 @@ func keyExpireAt(t *testing.T, c rueidis.Client, key string) int64 {
 	require.NoError(t, err)
 	return v
 }
+
+// A scheduled workflow's definition may hold up to 32 MiB (docs/workflows.md, Limits),
+// each node's payload up to the job limit: a definition of three nodes of 600 KB each is
+// stored, and its instance starts with every node's payload whole. Store.Create
+// normalised the definition's job again against the job limit (1 MiB): it was refused,
+// with an error naming "payload", a field no workflow request has.
+func TestWorkflow_DefinitionOverTheJobLimit(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		big := func(id string, deps ...string) job.Node {
+			n := node(id, deps...)
+			n.Payload = []byte(`"` + strings.Repeat(id, 600_000) + `"`)
+			return n
+		}
+		w := &job.Workflow{ID: "big", Jobs: []job.Node{big("a"), big("b", "a"), big("c", "a")},
+			Schedule: &job.Schedule{Cron: "0 3 * * *"}}
+		res, err := s.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		require.True(t, res.Created)
+		info, err := s.Get(ctx, "big")
+		require.NoError(t, err)
+		require.Greater(t, len(info.Payload), 1<<20)
+		inst, err := s.StartInstance(ctx, "big", heldT0, info.Payload)
+		require.NoError(t, err)
+		require.True(t, inst.Created)
+		for _, n := range []string{"a", "b", "c"} {
+			j, err := s.Get(ctx, inst.ID+"@"+n)
+			require.NoError(t, err)
+			require.Len(t, j.Payload, 600_002, n)
+		}
+		// Sent again, it is the same definition.
+		w = &job.Workflow{ID: "big", Jobs: []job.Node{big("a"), big("b", "a"), big("c", "a")},
+			Schedule: &job.Schedule{Cron: "0 3 * * *"}}
+		res, err = s.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		require.False(t, res.Created)
+		require.False(t, res.Conflict)
+	})
+}
