@@ -232,6 +232,10 @@ func (n *Node) normalize(maxPayload int) error {
 	// The recurring job's defaults Normalize filled mean nothing for a node; cleared, a
 	// normalised node normalises again (a scheduled workflow's instances do).
 	n.ID, n.Overlap, n.Misfire, n.MisfireAfter = id, "", "", 0
+	if err == nil && n.Type == WorkflowType {
+		// Its runs would start workflow instances (a definition's do).
+		return fieldErr("type", "%q is reserved for scheduled workflows' definitions", WorkflowType)
+	}
 	return err
 }
 

@@ -162,19 +162,29 @@ func joinPayload(m map[string]string) []byte {
 // sent in one pipeline. The results are in the order of jobs; invalid jobs get a
 // *job.FieldError and are not stored. The error is the first Redis error, if any; the
 // results then say which jobs it hit.
+//
+// The type job.WorkflowType is refused (a *job.FieldError naming "type"): it is a
+// scheduled workflow's definition's, whose runs start workflow instances, and only
+// CreateWorkflow creates one, after checking the workflow.
 func (s *Store) Create(ctx context.Context, jobs []*job.Job) ([]CreateResult, error) {
-	return s.createJobs(ctx, jobs, s.cfg.MaxPayload)
+	return s.createJobs(ctx, jobs, s.cfg.MaxPayload, false)
 }
 
 // createJobs is Create with jobs' payloads bounded by maxPayload: the job limit, or a
-// scheduled workflow's definition's (createDefinition).
-func (s *Store) createJobs(ctx context.Context, jobs []*job.Job, maxPayload int) ([]CreateResult, error) {
+// scheduled workflow's definition's (createDefinition, which passes definition true:
+// its job has the type job.WorkflowType).
+func (s *Store) createJobs(ctx context.Context, jobs []*job.Job, maxPayload int, definition bool) ([]CreateResult, error) {
 	results := make([]CreateResult, len(jobs))
 	byShard := map[ID][]*encodedJob{}
 	var est time.Time
 	for i, j := range jobs {
 		if err := j.Normalize(maxPayload); err != nil {
 			results[i] = CreateResult{ID: j.ID, Err: err}
+			continue
+		}
+		if j.Type == job.WorkflowType && !definition {
+			results[i] = CreateResult{ID: j.ID, Err: &job.FieldError{Field: "type",
+				Msg: fmt.Sprintf("%q is reserved for scheduled workflows' definitions: create one with a workflow and its schedule", job.WorkflowType)}}
 			continue
 		}
 		e, err := encode(j)

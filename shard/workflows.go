@@ -90,7 +90,7 @@ func (s *Store) createDefinition(ctx context.Context, w *job.Workflow) (Workflow
 	}
 	// Its payload is bounded by the definition's limit, not the job limit (a definition
 	// holds every node's payload, base64-encoded).
-	rs, err := s.createJobs(ctx, []*job.Job{def}, maxDefinitionPayload)
+	rs, err := s.createJobs(ctx, []*job.Job{def}, maxDefinitionPayload, true)
 	r := rs[0]
 	if err == nil {
 		err = r.Err
@@ -137,6 +137,12 @@ func canonicalWorkflow(w *job.Workflow) *job.Workflow {
 // that a second start of the same occurrence finds it. The definition's overlap policy
 // applies to its running instances.
 func (s *Store) StartInstance(ctx context.Context, def string, due time.Time, payload []byte) (WorkflowResult, error) {
+	// A definition's id makes instance ids that fit a workflow's (and their nodes' job
+	// ids a job's): a job of the definitions' type with another id (one stored before
+	// Create refused that type to other jobs) starts none.
+	if err := job.ValidateID("id", def, job.MaxScheduledWorkflowIDLen); err != nil {
+		return WorkflowResult{}, fmt.Errorf("workflow definition %q: %w", def, err)
+	}
 	var w job.Workflow
 	if err := json.Unmarshal(payload, &w); err != nil {
 		return WorkflowResult{}, fmt.Errorf("workflow definition %q: %w", def, err)

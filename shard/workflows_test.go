@@ -1903,3 +1903,43 @@ func TestWorkflow_DefinitionOverTheJobLimit(t *testing.T) {
 		require.False(t, res.Conflict)
 	})
 }
+
+// The type "@workflow" is a scheduled workflow's definition's (job.WorkflowType): the
+// runs of a job of that type start workflow instances (worker.HandleWorkflows). A job
+// created with it through the job API, or a workflow node given it, was stored, and its
+// runs started instances that no workflow validation had checked: a 100-byte job id
+// made instances whose 114-byte ids the workflow API refuses (over 64), with nodes whose
+// job ids the job API refuses (over 128), so that nothing could read or cancel them. It
+// is refused, naming the node; an instance of a definition id no definition could have
+// is not started.
+func TestWorkflow_DefinitionTypeIsReserved(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		payload := []byte(`{"jobs":[{"id":"a","type":"t"}],"overlap":"allow"}`)
+		long := strings.Repeat("x", 100)
+		rs, err := s.Create(ctx, []*job.Job{{ID: long, Queue: job.WorkflowQueue, Type: job.WorkflowType, Payload: payload,
+			Schedule: job.Schedule{Cron: "0 3 * * *"}}})
+		require.NoError(t, err)
+		var fe *job.FieldError
+		require.ErrorAs(t, rs[0].Err, &fe)
+		require.Equal(t, "type", fe.Field)
+		_, err = s.Get(ctx, long)
+		require.ErrorIs(t, err, shard.ErrNotFound)
+
+		n := node("b", "a")
+		n.Type, n.Payload = job.WorkflowType, payload
+		_, err = s.CreateWorkflow(ctx, &job.Workflow{ID: "nest", Jobs: []job.Node{node("a"), n}})
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "jobs[1].type", fe.Field)
+		require.Contains(t, fe.Msg, `node "b"`)
+
+		// A run of such a job stored before (or restored) starts nothing.
+		for _, def := range []string{long, "nest@b"} {
+			_, err = s.StartInstance(ctx, def, heldT0, payload)
+			require.ErrorAs(t, err, &fe, def)
+			_, err = s.Workflow(ctx, shard.InstanceID(def, heldT0))
+			require.Error(t, err)
+		}
+	})
+}
