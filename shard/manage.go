@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -250,6 +251,18 @@ type Update struct {
 var defFields = []string{"q", "t", "p", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "pr", "ma", "ib", "mb", "mu", "ji",
 	"to", "vt", "sk", "sc", "tz", "ov", "mf", "mt", "sv"}
 
+// definitionSchedule returns scheduled workflow definition payload (the workflow, as
+// createDefinition stores it) with schedule sch, its job's: a create compares the
+// workflow sent with it (sameDefinition), and the API shows it as the definition's.
+func definitionSchedule(payload []byte, sch job.Schedule) ([]byte, error) {
+	var w job.Workflow
+	if err := json.Unmarshal(payload, &w); err != nil {
+		return nil, fmt.Errorf("workflow definition: %w", err)
+	}
+	w.Schedule = &job.Schedule{Cron: sch.Cron, TimeZone: sch.TimeZone}
+	return json.Marshal(&w)
+}
+
 // Update applies u to job jobID and returns the job as stored afterwards. A changed
 // schedule moves the job's next run; runs already ready, running or waiting for a retry
 // keep their time, ready ones take a changed priority. A job's schedule cannot turn
@@ -278,6 +291,16 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		}
 		oldDH := m["dh"]
 		j := decodeInfo(jobID, m).Job
+		maxPayload := s.cfg.MaxPayload
+		if j.Type == job.WorkflowType {
+			// A scheduled workflow's definition: its payload is the workflow, checked
+			// when it was created, and holds its schedule (definitionSchedule).
+			if u.Payload != nil {
+				return nil, &WorkflowError{Op: "update", Workflow: jobID,
+					Reason: "its payload is its definition, checked when it was created: delete it and create it again to change it"}
+			}
+			maxPayload = maxDefinitionPayload
+		}
 		if u.Schedule != nil {
 			if u.Schedule.IsRecurring() != j.Schedule.IsRecurring() {
 				return nil, &job.FieldError{Field: "schedule", Msg: "a one-time job cannot become recurring or the other way round: create a new job"}
@@ -294,8 +317,13 @@ func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, erro
 		if u.Retry != nil {
 			j.Retry = *u.Retry
 		}
-		if err := j.Normalize(s.cfg.MaxPayload); err != nil {
+		if err := j.Normalize(maxPayload); err != nil {
 			return nil, err
+		}
+		if j.Type == job.WorkflowType && u.Schedule != nil {
+			if j.Payload, err = definitionSchedule(j.Payload, j.Schedule); err != nil {
+				return nil, fmt.Errorf("update job %q: %w", jobID, err)
+			}
 		}
 		e, err := encode(&j)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -1941,5 +1942,50 @@ func TestWorkflow_DefinitionTypeIsReserved(t *testing.T) {
 			_, err = s.Workflow(ctx, shard.InstanceID(def, heldT0))
 			require.Error(t, err)
 		}
+	})
+}
+
+// A scheduled workflow's definition is a job, which the job API may update: its payload
+// is the workflow, checked when the workflow was created; a new one (PATCH
+// /v1/jobs/{id} with a payload) replaced the graph unchecked (a cycle, here), and every
+// occurrence then failed to start an instance until its run was dead. A changed
+// schedule changed the job's but not the one in its payload, which GET
+// /v1/workflows/{id} shows as its definition's and a create compares with: sent again
+// with the new schedule, the workflow was a 409 (its schedule differs), with the old one
+// a 200, the same definition. A payload is refused; a schedule changes both.
+func TestWorkflow_DefinitionUpdate(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		def := func(cron string) *job.Workflow {
+			return &job.Workflow{ID: "upd", Jobs: []job.Node{node("a"), node("b", "a")}, Schedule: &job.Schedule{Cron: cron}}
+		}
+		_, err := s.CreateWorkflow(ctx, def("0 3 * * *"))
+		require.NoError(t, err)
+
+		bad := []byte(`{"jobs":[{"id":"a","type":"t","depends_on":["a"]}]}`)
+		_, err = s.Update(ctx, "upd", shard.Update{Payload: &bad})
+		var we *shard.WorkflowError
+		require.ErrorAs(t, err, &we)
+		info, err := s.Get(ctx, "upd")
+		require.NoError(t, err)
+		_, err = s.StartInstance(ctx, "upd", heldT0, info.Payload)
+		require.NoError(t, err, "the definition is as created")
+
+		_, err = s.Update(ctx, "upd", shard.Update{Schedule: &job.Schedule{Cron: "0 4 * * *"}})
+		require.NoError(t, err)
+		info, err = s.Get(ctx, "upd")
+		require.NoError(t, err)
+		require.Equal(t, "0 4 * * *", info.Schedule.Cron)
+		var stored job.Workflow
+		require.NoError(t, json.Unmarshal(info.Payload, &stored))
+		require.Equal(t, "0 4 * * *", stored.Schedule.Cron, "the definition's schedule")
+		res, err := s.CreateWorkflow(ctx, def("0 4 * * *"))
+		require.NoError(t, err)
+		require.False(t, res.Created)
+		require.False(t, res.Conflict, "sent again as it is now")
+		res, err = s.CreateWorkflow(ctx, def("0 3 * * *"))
+		require.NoError(t, err)
+		require.True(t, res.Conflict, "sent again as it was")
 	})
 }
