@@ -421,11 +421,15 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	if wf, node, ok := r.Workflow(); ok {
 		req.Header["Tock-Workflow"] = []string{wf}
 		req.Header["Tock-Node"] = []string{node}
-		parents, err := r.ParentResults(ctx)
+		// Only the results that may fit in the header are read: a result's JSON is no
+		// shorter than it.
+		parents, over, err := r.ParentResultsUpTo(ctx, MaxParentHeader)
 		if err != nil {
 			return nil, fmt.Errorf("read the parents' results: %w", err)
 		}
-		if v, omitted := encodeParents(parents); v != "" || len(omitted) > 0 {
+		if v, omitted := encodeParents(parents); v != "" || len(omitted) > 0 || len(over) > 0 {
+			omitted = append(omitted, over...)
+			sort.Strings(omitted)
 			if v != "" {
 				req.Header["Tock-Parent-Results"] = []string{v}
 			}

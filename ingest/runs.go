@@ -367,8 +367,8 @@ func (r *pulledRun) wireWorkflow(w *ClaimedRun) {
 }
 
 // addParents reads the parents' results of the runs of workflow nodes among runs, all
-// in two pipelined round trips (MaxParentResults bytes per run at most, the smaller
-// results first). A read that
+// in three pipelined round trips (MaxParentResults bytes per run at most, the smaller
+// results first; only those are read: shard.Store.ParentResultsUpTo). A read that
 // fails leaves the run without them, saying so in ParentsError: the run is claimed
 // already, and its worker can read them by the result endpoint.
 func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
@@ -388,7 +388,8 @@ func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
-	results, errs := s.store.ParentResultsMany(rctx, ids)
+	// Only the results that fit are read (a fan-in's may be thousands of MiB).
+	results, omitted, errs := s.store.ParentResultsUpTo(rctx, ids, MaxParentResults)
 	cancel()
 	for k, i := range at {
 		r, res := &runs[i], results[k]
@@ -416,6 +417,7 @@ func (s *Server) addParents(ctx context.Context, runs []pulledRun) {
 				r.omitted = append(r.omitted, n)
 			}
 		}
+		r.omitted = append(r.omitted, omitted[k]...)
 		sort.Slice(r.parents, func(a, b int) bool { return r.parents[a].node < r.parents[b].node })
 		sort.Strings(r.omitted)
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/tockhq/tock/ingest"
 	"github.com/tockhq/tock/internal/redistest"
+	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -430,5 +433,68 @@ func TestRuns_ClaimParentResultJSONNotCompact(t *testing.T) {
 		require.Len(t, child.Parents, 1)
 		require.Empty(t, child.Parents[0].ResultBase64)
 		require.Equal(t, `{"rows":[1,2]}`, string(child.Parents[0].Result))
+	})
+}
+
+// A join's claim carries at most MaxParentResults bytes of its parents' results, and
+// reads no more than that from Redis: it read every parent's result whole and then kept
+// what fit, so that a join of 16 parents with 1 MiB results (what a Go handler may
+// return) read 16 MiB for a claim that carries 3 bytes (a claim of many such joins, or
+// a fan-in of thousands, read that many times over, in one reply).
+func TestRuns_ClaimReadsNoParentResultItDoesNotCarry(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		if b.Name != redistest.Server {
+			t.Skip("counts the server's output bytes (INFO stats)")
+		}
+		ctx := context.Background()
+		tb := pullBundle(t, b)
+		w := tb.client(pullWorker)
+		nodes := []job.Node{{Job: job.Job{ID: "small", Queue: "q", Type: "t"}}}
+		join := job.Node{Job: job.Job{ID: "join", Queue: "q", Type: "t"}, DependsOn: []string{"small"}}
+		for i := range 16 {
+			id := fmt.Sprintf("big%02d", i)
+			nodes = append(nodes, job.Node{Job: job.Job{ID: id, Queue: "q", Type: "t"}})
+			join.DependsOn = append(join.DependsOn, id)
+		}
+		_, err := tb.store.CreateWorkflow(ctx, &job.Workflow{ID: "fan", Jobs: append(nodes, join)})
+		require.NoError(t, err)
+		id := tb.store.ShardOf("fan")
+		roots, err := tb.store.Claim(ctx, id, "q", 100, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, roots, 17)
+		var fs []shard.Finish
+		for _, r := range roots {
+			res := bytes.Repeat([]byte("x"), shard.MaxResult)
+			if r.JobID == "fan@small" {
+				res = []byte(`"s"`)
+			}
+			fs = append(fs, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded, Result: res})
+		}
+		errs, err := tb.store.FinishRuns(ctx, id, fs)
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		sent := func() int64 {
+			info, err := tb.rc.Do(ctx, tb.rc.B().Info().Section("stats").Build()).ToString()
+			require.NoError(t, err)
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_net_output_bytes:"); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					require.NoError(t, err)
+					return n
+				}
+			}
+			t.Fatal("no total_net_output_bytes")
+			return 0
+		}
+		before := sent()
+		run := claimOne(t, w, ingest.ClaimRequest{Queues: []string{"q"}, Max: 10, Worker: "py-1"})
+		read := sent() - before
+		require.Equal(t, "fan@join", run.JobID)
+		require.Len(t, run.Parents, 1)
+		require.Equal(t, "small", run.Parents[0].Node)
+		require.Len(t, run.ParentsOmitted, 16)
+		require.Less(t, read, int64(256<<10), "bytes Redis sent for the claim")
 	})
 }

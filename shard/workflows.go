@@ -455,9 +455,80 @@ func (s *Store) ParentResults(ctx context.Context, jobID string) (map[string][]b
 // parents' names, then their results), as a claim of many nodes' runs needs: per job a
 // map (nil for a job that is no workflow node, or has no parents) or an error.
 func (s *Store) ParentResultsMany(ctx context.Context, jobIDs []string) ([]map[string][]byte, []error) {
-	out := make([]map[string][]byte, len(jobIDs))
-	errs := make([]error, len(jobIDs))
-	keys := make([]string, len(jobIDs))
+	keys, parents, errs := s.parentNames(ctx, jobIDs)
+	fields := make([][]string, len(jobIDs))
+	for i, ps := range parents {
+		if ps != nil {
+			fields[i] = ps
+		}
+	}
+	return s.readParentResults(ctx, jobIDs, keys, fields, errs), errs
+}
+
+// ParentResultsUpTo is ParentResultsMany for callers that pass on at most max bytes of a
+// job's parents' results (a claim over HTTP, a push delivery's header): per job, the
+// results that fit in max, taken the smaller first (by size, then node id; one that does
+// not fit is passed over for the next), and the parents whose results did not fit,
+// sorted. Only those that fit are read, in three pipelined round trips: the parents'
+// names, their results' sizes, the results.
+func (s *Store) ParentResultsUpTo(ctx context.Context, jobIDs []string, max int) ([]map[string][]byte, [][]string, []error) {
+	keys, parents, errs := s.parentNames(ctx, jobIDs)
+	var at []int
+	var cmds rueidis.Commands
+	for i, ps := range parents {
+		for _, p := range ps {
+			at = append(at, i)
+			cmds = append(cmds, s.c.B().Hstrlen().Key(keys[i]).Field("x:"+p).Build())
+		}
+	}
+	sizes := make([][]int64, len(jobIDs))
+	for k, r := range s.c.DoMulti(ctx, cmds...) {
+		i := at[k]
+		n, err := r.AsInt64()
+		if err != nil && errs[i] == nil {
+			errs[i] = fmt.Errorf("parent results of %q: %w", jobIDs[i], err)
+		}
+		sizes[i] = append(sizes[i], n)
+	}
+	fields := make([][]string, len(jobIDs))
+	omitted := make([][]string, len(jobIDs))
+	for i, ps := range parents {
+		if errs[i] != nil || len(ps) == 0 {
+			continue
+		}
+		order := make([]int, len(ps))
+		for k := range order {
+			order[k] = k
+		}
+		sort.Slice(order, func(a, b int) bool {
+			if sa, sb := sizes[i][order[a]], sizes[i][order[b]]; sa != sb {
+				return sa < sb
+			}
+			return ps[order[a]] < ps[order[b]]
+		})
+		left := int64(max)
+		for _, k := range order {
+			// A size of 0 is an empty result or none (a parent that has not succeeded, or
+			// succeeded without one): read, it costs nothing.
+			if n := sizes[i][k]; n <= left {
+				left -= n
+				fields[i] = append(fields[i], ps[k])
+			} else {
+				omitted[i] = append(omitted[i], ps[k])
+			}
+		}
+		sort.Strings(omitted[i])
+	}
+	return s.readParentResults(ctx, jobIDs, keys, fields, errs), omitted, errs
+}
+
+// parentNames reads the parents of node jobs jobIDs in one pipelined round trip: per
+// job its workflow's key and its parents (nil for a job that is no workflow node, or a
+// root), or an error.
+func (s *Store) parentNames(ctx context.Context, jobIDs []string) (keys []string, parents [][]string, errs []error) {
+	errs = make([]error, len(jobIDs))
+	keys = make([]string, len(jobIDs))
+	parents = make([][]string, len(jobIDs))
 	var at []int
 	var cmds rueidis.Commands
 	for i, jobID := range jobIDs {
@@ -469,9 +540,6 @@ func (s *Store) ParentResultsMany(ctx context.Context, jobIDs []string) ([]map[s
 		at = append(at, i)
 		cmds = append(cmds, s.c.B().Hget().Key(keys[i]).Field("p:"+node).Build())
 	}
-	parents := make([][]string, len(jobIDs))
-	var at2 []int
-	var cmds2 rueidis.Commands
 	for k, r := range s.c.DoMulti(ctx, cmds...) {
 		i := at[k]
 		p, err := r.ToString()
@@ -483,15 +551,31 @@ func (s *Store) ParentResultsMany(ctx context.Context, jobIDs []string) ([]map[s
 			continue
 		}
 		parents[i] = strings.Split(p, ",")
-		fields := make([]string, len(parents[i]))
-		for f, q := range parents[i] {
-			fields[f] = "x:" + q
-		}
-		at2 = append(at2, i)
-		cmds2 = append(cmds2, s.c.B().Hmget().Key(keys[i]).Field(fields...).Build())
 	}
-	for k, r := range s.c.DoMulti(ctx, cmds2...) {
-		i := at2[k]
+	return keys, parents, errs
+}
+
+// readParentResults reads, in one pipelined round trip, the results of parents fields[i]
+// of each job jobIDs[i] (its workflow's key keys[i]) without an error in errs, where it records
+// those it meets: per job a map of the parents that have a result (nil for a job with no
+// fields).
+func (s *Store) readParentResults(ctx context.Context, jobIDs, keys []string, fields [][]string, errs []error) []map[string][]byte {
+	out := make([]map[string][]byte, len(keys))
+	var at []int
+	var cmds rueidis.Commands
+	for i, ps := range fields {
+		if errs[i] != nil || len(ps) == 0 {
+			continue
+		}
+		fs := make([]string, len(ps))
+		for f, q := range ps {
+			fs[f] = "x:" + q
+		}
+		at = append(at, i)
+		cmds = append(cmds, s.c.B().Hmget().Key(keys[i]).Field(fs...).Build())
+	}
+	for k, r := range s.c.DoMulti(ctx, cmds...) {
+		i := at[k]
 		vals, err := r.ToArray()
 		if err != nil {
 			errs[i] = fmt.Errorf("parent results of %q: %w", jobIDs[i], err)
@@ -500,11 +584,11 @@ func (s *Store) ParentResultsMany(ctx context.Context, jobIDs []string) ([]map[s
 		out[i] = make(map[string][]byte, len(vals))
 		for f, v := range vals {
 			if b, err := v.ToString(); err == nil {
-				out[i][parents[i][f]] = []byte(b)
+				out[i][fields[i][f]] = []byte(b)
 			}
 		}
 	}
-	return out, errs
+	return out
 }
 
 // NodeResult returns a node's result and whether it has one.

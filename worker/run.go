@@ -53,6 +53,18 @@ func (r *Run) ParentResults(ctx context.Context) (map[string][]byte, error) {
 	return r.store.ParentResults(ctx, r.JobID)
 }
 
+// ParentResultsUpTo is ParentResults for a handler that uses at most max bytes of its
+// parents' results (a push delivery's header): the results that fit, the smaller first
+// (by size, then node id), and the parents whose results did not fit, sorted. Only the
+// results that fit are read (shard.Store.ParentResultsUpTo).
+func (r *Run) ParentResultsUpTo(ctx context.Context, max int) (map[string][]byte, []string, error) {
+	if r.store == nil {
+		return nil, nil, nil
+	}
+	res, omitted, errs := r.store.ParentResultsUpTo(ctx, []string{r.JobID}, max)
+	return res[0], omitted[0], errs[0]
+}
+
 type resultValue struct{ b []byte }
 
 func (resultValue) Error() string { return "result (not an error)" }
