@@ -396,6 +396,10 @@ local function finish_long(member, token, outcome, a)
 end
 local ids, runs = packed_runs(P, members)
 local finished = {}
+-- Packed jobs an entry of this call thawed (any end but a plain success): their packed
+-- run states, read above, are gone, and a later entry of the same run is checked against
+-- the job hash, as any job hash's is.
+local thawed = {}
 -- A succeeded packed run's token is checked by a plain search (packed_held_prefix).
 local heldBy = {} -- token -> what the state of a run held with it starts with
 -- The queue of the last succeeded packed run, and how many of its runs in a row
@@ -415,6 +419,9 @@ local ok, err = pcall(function()
     end
     local id = ids[k]
     local run = runs[k]
+    if run and thawed[id] then
+      run = nil
+    end
     if run then
       local held = heldBy[token]
       if not held then
@@ -444,6 +451,7 @@ local ok, err = pcall(function()
         end
       else
         packed_thaw(P, id)
+        thawed[id] = true
         results[k] = finish_long(member, token, outcome, a)
       end
     elseif a > 0 then

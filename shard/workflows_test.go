@@ -21,6 +21,7 @@ import (
 	"github.com/tockhq/tock/internal/redistest"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
+	"github.com/tockhq/tock/shard/shardtest"
 )
 
 // wfRunner plays the workers of a workflow's nodes: it claims the ready runs of the
@@ -1987,5 +1988,49 @@ func TestWorkflow_DefinitionUpdate(t *testing.T) {
 		res, err = s.CreateWorkflow(ctx, def("0 3 * * *"))
 		require.NoError(t, err)
 		require.True(t, res.Conflict, "sent again as it was")
+	})
+}
+
+// One call that ends a packed job's run twice (an HTTP worker's batch naming it twice: a
+// snooze and an ack, a failure and an ack): the first end thaws the job, and the second,
+// a plain success, was checked against the packed run state read before the first, so
+// that it succeeded too: a workflow's root was marked succeeded (its children released)
+// while its job waited for its snoozed retry, which then ran it again, and its queue's
+// in-flight count was taken down twice. The second is refused, as it is for a job hash.
+func TestFinish_PackedRunEndedTwiceInACall(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "twice", Jobs: []job.Node{node("a"), node("b", "a")}})
+		require.NoError(t, err)
+		_, err = s.Create(ctx, []*job.Job{{ID: "plain", Type: "t", Schedule: job.Schedule{Now: true}}})
+		require.NoError(t, err)
+		runs, err := s.Claim(ctx, 0, "default", 10, "w", "n")
+		require.NoError(t, err)
+		require.Len(t, runs, 2)
+		var fs []shard.Finish
+		for _, r := range runs {
+			first := shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Snoozed, Delay: time.Hour}
+			if r.JobID == "plain" {
+				first = shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Failed, Error: "no"}
+			}
+			fs = append(fs, first, shard.Finish{Member: r.Member, Token: r.Token, Outcome: shard.Succeeded})
+		}
+		errs, err := s.FinishRuns(ctx, 0, fs)
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		require.ErrorIs(t, errs[1], shard.ErrTokenMismatch)
+		require.NoError(t, errs[2])
+		require.ErrorIs(t, errs[3], shard.ErrTokenMismatch)
+
+		w, err := s.Workflow(ctx, "twice")
+		require.NoError(t, err)
+		require.Equal(t, map[string]job.NodeState{"a": job.NodeRetrying, "b": job.NodeWaiting}, nodeStates(w))
+		for _, id := range []string{"twice@a", "plain"} {
+			info, err := s.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, job.StateRetrying, info.State, id)
+		}
+		shardtest.CheckCounts(t, s)
 	})
 }
