@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -87,10 +88,24 @@ func (e *NodeError) Error() string {
 		e.Op, e.JobID, e.Node, e.Workflow)
 }
 
-// refuseNode returns a *NodeError when jobID is a workflow node's job.
+// refuseNode returns a *NodeError when jobID is a workflow node's job (an id with '@').
 func refuseNode(op, jobID string) error {
 	if wf, node, ok := job.SplitNodeJobID(jobID); ok {
 		return &NodeError{Op: op, JobID: jobID, Workflow: wf, Node: node}
 	}
 	return nil
+}
+
+// refuseNodeJob is refuseNode for an operation on a job that must exist: an id with '@'
+// that names no job (an instance's id, a node a workflow does not have) is ErrNotFound,
+// as any id that names none, not a node of a workflow that may not exist. The job is
+// read only for an id with '@'; a read that fails refuses it as a node's.
+func (s *Store) refuseNodeJob(ctx context.Context, op, jobID string) error {
+	err := refuseNode(op, jobID)
+	if err != nil && job.ValidateRef("id", jobID, job.MaxIDLen) == nil {
+		if _, _, rerr := s.readJob(ctx, s.ShardOf(jobID), jobID); errors.Is(rerr, ErrNotFound) {
+			return ErrNotFound
+		}
+	}
+	return err
 }

@@ -639,7 +639,7 @@ func (s *Store) Cancel(ctx context.Context, jobID string) (state job.State, chan
 // instances as they are: they keep to its overlap policy until the last one ends, which
 // deletes the definition's record of them. ErrNotFound when there is no such job.
 func (s *Store) Delete(ctx context.Context, jobID string) error {
-	if err := refuseNode("delete", jobID); err != nil {
+	if err := s.refuseNodeJob(ctx, "delete", jobID); err != nil {
 		return err
 	}
 	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
@@ -672,7 +672,7 @@ func (s *Store) Delete(ctx context.Context, jobID string) error {
 // Pause stops a job from starting runs until Resume. Pausing a paused or finished job
 // changes nothing (changed false).
 func (s *Store) Pause(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
-	if err := refuseNode("pause", jobID); err != nil {
+	if err := s.refuseNodeJob(ctx, "pause", jobID); err != nil {
 		return "", false, err
 	}
 	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {
@@ -710,7 +710,7 @@ func lfOf(lf string) time.Time {
 // one-time job fires at its time (at once when that has passed). Resuming a job that is
 // not paused changes nothing (changed false).
 func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, changed bool, err error) {
-	if err := refuseNode("resume", jobID); err != nil {
+	if err := s.refuseNodeJob(ctx, "resume", jobID); err != nil {
 		return "", false, err
 	}
 	info, err := s.Get(ctx, jobID)
@@ -769,7 +769,7 @@ func (s *Store) Resume(ctx context.Context, jobID string) (state job.State, chan
 // one-time job that has not fired yet fires now. It returns the new run's member, or a
 // *StateError when the job is paused, finished, or a one-time job already under way.
 func (s *Store) Trigger(ctx context.Context, jobID string) (member string, err error) {
-	if err := refuseNode("trigger", jobID); err != nil {
+	if err := s.refuseNodeJob(ctx, "trigger", jobID); err != nil {
 		return "", err
 	}
 	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {

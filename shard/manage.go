@@ -270,7 +270,7 @@ func definitionSchedule(payload []byte, sch job.Schedule) ([]byte, error) {
 // its run has fired. Errors: ErrNotFound, a *job.FieldError naming the field at fault,
 // a *StateError when the job's state does not allow the change.
 func (s *Store) Update(ctx context.Context, jobID string, u Update) (*Info, error) {
-	if err := refuseNode("update", jobID); err != nil {
+	if err := s.refuseNodeJob(ctx, "update", jobID); err != nil {
 		return nil, err
 	}
 	if err := job.ValidateRef("id", jobID, job.MaxIDLen); err != nil {

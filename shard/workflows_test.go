@@ -2034,3 +2034,38 @@ func TestFinish_PackedRunEndedTwiceInACall(t *testing.T) {
 		shardtest.CheckCounts(t, s)
 	})
 }
+
+// A job id with an '@' that names no job (an instance's id taken for a job's, a node a
+// workflow does not have) is not found, as any job id that names none: pausing,
+// resuming, triggering, updating or deleting it was refused as a workflow's node's
+// ("it is node "1893466800000" of workflow "nightly", which decides when it runs"), a
+// 409 naming a workflow and a node that do not exist. A node's job that exists is still
+// refused so.
+func TestWorkflow_NoSuchNodeJobIsNotFound(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 1})
+		_, err := s.CreateWorkflow(ctx, &job.Workflow{ID: "nightly", Jobs: []job.Node{node("a"), node("b", "a")}})
+		require.NoError(t, err)
+		ops := map[string]func(id string) error{
+			"pause":   func(id string) error { _, _, err := s.Pause(ctx, id); return err },
+			"resume":  func(id string) error { _, _, err := s.Resume(ctx, id); return err },
+			"trigger": func(id string) error { _, err := s.Trigger(ctx, id); return err },
+			"delete":  func(id string) error { return s.Delete(ctx, id) },
+			"update": func(id string) error {
+				p := 3
+				_, err := s.Update(ctx, id, shard.Update{Priority: &p})
+				return err
+			},
+		}
+		for name, op := range ops {
+			for _, id := range []string{"nightly@1893466800000", "nightly@zz", "other@a"} {
+				require.ErrorIs(t, op(id), shard.ErrNotFound, "%s %s", name, id)
+			}
+			var ne *shard.NodeError
+			for _, id := range []string{"nightly@a", "nightly@b"} {
+				require.ErrorAs(t, op(id), &ne, "%s %s", name, id)
+			}
+		}
+	})
+}
