@@ -224,6 +224,13 @@ func TestWorkflows_ValidationErrors(t *testing.T) {
 			{"BadCron", `{"jobs":[{"id":"a","type":"t"}],"schedule":{"cron":"61 * * * *"}}`, "schedule.cron", "", 400},
 			{"BadTimezone", `{"jobs":[{"id":"a","type":"t"}],"schedule":{"cron":"@daily","timezone":"Mars/Olympus"}}`, "schedule.timezone", "", 400},
 			{"BadOverlap", `{"jobs":[{"id":"a","type":"t"}],"schedule":{"cron":"@daily"},"overlap":"sometimes"}`, "overlap", "", 400},
+			// A node's job id is the workflow id, '@' and the node id, at most 128 bytes:
+			// a node id is at most 63, and the error names the node, whatever its length.
+			{"LongNodeID", `{"jobs":[{"id":"` + strings.Repeat("n", 64) + `","type":"t"}]}`, "jobs[0].id",
+				`node "` + strings.Repeat("n", 64) + `": longer than 63 bytes`, 400},
+			{"VeryLongNodeID", `{"jobs":[{"id":"` + strings.Repeat("n", 129) + `","type":"t"}]}`, "jobs[0].id",
+				`node "` + strings.Repeat("n", 129) + `": longer than 63 bytes`, 400},
+			{"DefinitionTypeNode", `{"jobs":[{"id":"a","type":"@workflow"}]}`, "jobs[0].type", `node "a": "@workflow" is reserved`, 400},
 			{"PushTargetRefused", `{"jobs":[{"id":"a","target":{"url":"http://127.0.0.1/x"}}]}`, "jobs[0].target.url", `node "a"`, 400},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

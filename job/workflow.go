@@ -155,6 +155,11 @@ func (w *Workflow) Normalize(maxNodes, maxPayload int) error {
 		if n.ID == "" {
 			return fieldErr(at+".id", "is required: a node is named by its id")
 		}
+		if len(n.ID) > MaxNodeIDLen {
+			// ValidateID's message would not name it.
+			return fieldErr(at+".id", "node %q: longer than %d bytes (its job's id is the workflow's, '@' and the node's, at most %d)",
+				n.ID, MaxNodeIDLen, MaxIDLen)
+		}
 		if err := ValidateID(at+".id", n.ID, MaxNodeIDLen); err != nil {
 			return err
 		}
