@@ -31,12 +31,12 @@ type JobRecord struct {
 }
 
 // Check reports what in the record's fields a restore could not file as the scripts
-// would have left it (RestoreJobs files each run from them): a state that is none of a
-// job's, a queue that is no queue name, a priority that is no digit, a time or count
-// that is no number, an active run list ('rl') or a run field ('r<due>') that is not of
-// the scripts' form. The error names the job and the field. A record that passes may
-// still hold a definition no create would accept; Check looks at what the restore and
-// the scripts after it parse.
+// would have left it (RestoreJobs files each run from them): a field without a name, a
+// state that is none of a job's, a queue that is no queue name, a priority that is no
+// digit, a time or count that is no number, an active run list ('rl') or a run field
+// ('r<due>') that is not of the scripts' form. The error names the job and the field. A
+// record that passes may still hold a definition no create would accept; Check looks at
+// what the restore and the scripts after it parse.
 func (r JobRecord) Check() error {
 	fail := func(f, v, why string) error {
 		if len(v) > 64 {
@@ -50,6 +50,8 @@ func (r JobRecord) Check() error {
 	for k := 0; k < len(r.Fields); k += 2 {
 		f, v := r.Fields[k], r.Fields[k+1]
 		switch f {
+		case "":
+			return fail(f, v, "is the value of a field without a name")
 		case "st":
 			if !job.ValidState(job.State(v)) {
 				return fail(f, v, "is no job state")

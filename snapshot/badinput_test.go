@@ -114,6 +114,7 @@ func TestRestore_RefusesJobRecordsItCannotFile(t *testing.T) {
 		{"QueueNotAName", "q", "a b", `field "q"`},
 		{"NextRunNotANumber", "nx", "soon", `field "nx"`},
 		{"MaxAttemptsNotANumber", "ma", "many", `field "ma"`},
+		{"EmptyFieldName", "", "x", `field ""`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
