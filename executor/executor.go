@@ -421,9 +421,8 @@ func (e *Executor) send(ctx context.Context, r *worker.Run, tg *job.Target, u *u
 	if wf, node, ok := r.Workflow(); ok {
 		req.Header["Tock-Workflow"] = []string{wf}
 		req.Header["Tock-Node"] = []string{node}
-		// Only the results that may fit in the header are read: a result's JSON is no
-		// shorter than it.
-		parents, over, err := r.ParentResultsUpTo(ctx, MaxParentHeader)
+		// Only the results that may fit in the header are read (maxParentRead).
+		parents, over, err := r.ParentResultsUpTo(ctx, maxParentRead)
 		if err != nil {
 			return nil, fmt.Errorf("read the parents' results: %w", err)
 		}
@@ -505,6 +504,14 @@ func isJSON(b []byte) bool {
 // carries in its Tock-Parent-Results header (base64url of it, about 4/3 as long): HTTP
 // servers commonly refuse headers over 8 KiB.
 const MaxParentHeader = 4 << 10
+
+// maxParentRead bounds the bytes of the parents' results a delivery reads from Redis to
+// fill its Tock-Parent-Results header, the smaller first: a JSON result goes into the
+// header compacted, and one stored with insignificant whitespace (a pretty-printed body)
+// may be several times as long as its part of the header, so reading only MaxParentHeader
+// bytes would leave out results that fit. 16 times the header: whitespace beyond 15 bytes
+// of every 16 is not worth a larger read, and a fan-in of large results reads no more.
+const maxParentRead = 16 * MaxParentHeader
 
 // encodeParents returns the Tock-Parent-Results header of a node's delivery: base64url
 // (unpadded) of a JSON array [{"node": …, "result": <JSON>} or {"node": …,

@@ -1,8 +1,11 @@
 package executor_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -443,4 +446,49 @@ func TestExecutor_WorkflowNodeResultOverLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, `{"rows":[1,2,3]}`, string(res))
+}
+
+// A parent's result that is JSON with insignificant whitespace (a pretty-printed body)
+// is measured for Tock-Parent-Results as the header carries it, compacted: one of 5,000
+// bytes that compacts to under 2,000 fits in the header's 4 KiB.
+func TestExecutor_WorkflowNodeCarriesAPrettyParentResult(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		hits := make(chan http.Header, 10)
+		var rows []string
+		for i := range 200 {
+			rows = append(rows, fmt.Sprintf("        {\n            \"n\": %d\n        }", i))
+		}
+		pretty := "{\n  \"rows\": [\n" + strings.Join(rows, ",\n") + "\n  ]\n}\n"
+		var compact bytes.Buffer
+		require.NoError(t, json.Compact(&compact, []byte(pretty)))
+		require.Greater(t, len(pretty), executor.MaxParentHeader)
+		require.Less(t, compact.Len(), executor.MaxParentHeader/2)
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits <- r.Header.Clone()
+			if r.URL.Path == "/pretty" {
+				_, _ = w.Write([]byte(pretty))
+			}
+		}))
+		defer sink.Close()
+		tb := setup(t, b, executor.Config{})
+		push := func(id, path string, deps ...string) job.Node {
+			return job.Node{Job: job.Job{ID: id, Target: &job.Target{URL: sink.URL + path}}, DependsOn: deps}
+		}
+		_, err := tb.store.CreateWorkflow(context.Background(), &job.Workflow{ID: "pf", Jobs: []job.Node{
+			push("a", "/pretty"), push("join", "/join", "a")}})
+		require.NoError(t, err)
+		var join http.Header
+		for range 2 {
+			h := <-hits
+			if h.Get("Tock-Node") == "join" {
+				join = h
+			}
+		}
+		require.NotNil(t, join)
+		require.Empty(t, join.Get("Tock-Parent-Results-Omitted"))
+		raw, err := base64.RawURLEncoding.DecodeString(join.Get("Tock-Parent-Results"))
+		require.NoError(t, err)
+		require.JSONEq(t, `[{"node":"a","result":`+compact.String()+`}]`, string(raw))
+	})
 }
