@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +19,16 @@ import (
 func subscribed(ctx context.Context, t *testing.T, s *shard.Store, channels ...string) <-chan [2]string {
 	t.Helper()
 	got := make(chan [2]string, 64)
+	// A probe can come back after the one that confirmed its channel (one is published
+	// every 50 ms until one comes): once all are confirmed, probes are no signal.
+	var confirmed atomic.Bool
 	go func() {
-		_ = s.Subscribe(ctx, channels, func(ch, msg string) { got <- [2]string{ch, msg} })
+		_ = s.Subscribe(ctx, channels, func(ch, msg string) {
+			if msg == "probe" && confirmed.Load() {
+				return
+			}
+			got <- [2]string{ch, msg}
+		})
 	}()
 	c := s.Client()
 	for _, ch := range channels {
@@ -37,6 +46,7 @@ func subscribed(ctx context.Context, t *testing.T, s *shard.Store, channels ...s
 			break
 		}
 	}
+	confirmed.Store(true)
 	for len(got) > 0 {
 		<-got
 	}
