@@ -3,7 +3,9 @@ package ui
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"net/url"
 	"strings"
@@ -29,6 +31,16 @@ type viewer struct {
 }
 
 func (v *viewer) canWrite() bool { return v.scope == ingest.ScopeWrite }
+
+// tag names what a page shows of its viewer (its session's scope and CSRF token) without
+// revealing the token: a live page's stream says which viewer's page it updates (events),
+// and a page of another session (the tab was hidden while its session ended and another
+// began) is reloaded rather than updated. The same for every process of the dashboard
+// (the session is in Redis).
+func (v *viewer) tag() string {
+	sum := sha256.Sum256([]byte(string(v.scope) + "\n" + v.csrf))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
 
 // errNoSession: the request has no valid session (login needed).
 var errNoSession = errors.New("no session")

@@ -17,7 +17,7 @@ import (
 	"github.com/tockhq/tock/shard"
 )
 
-// events serves GET /ui/events?page=<page URL>&since=<version>: the page's live
+// events serves GET /ui/events?page=<page URL>&as=<viewer>&since=<version>: the page's live
 // updates, as Server-Sent Events ("update" events whose id is the version of what the
 // page then shows, and whose data is a JSON object, an update), checked every
 // LiveEvery and sent when the page's version (UI.load) is no longer the one the page
@@ -27,7 +27,9 @@ import (
 // stream while its tab is hidden. The stream ends when the session ends, the client
 // goes, or the server stops; when the page's job or workflow is gone (removed after its
 // retention, or deleted), an "ended" event (with once=1, the API's 404) has the script
-// reload the page, which says so.
+// reload the page, which says so. as is the tag of the viewer the page was rendered for
+// (viewer.tag): a page of another session gets an "ended" event at once (with once=1,
+// 205 Reset Content), and the script reloads it.
 func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 	target, err := url.Parse(string(ctx.QueryArgs().Peek("page")))
 	if err != nil || !strings.HasPrefix(target.Path, Prefix+"/") {
@@ -41,6 +43,19 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 	}
 	q := target.Query()
 	since := string(ctx.QueryArgs().Peek("since"))
+	if as := ctx.QueryArgs().Peek("as"); len(as) > 0 && string(as) != v.tag() {
+		// The page is another session's (its tab was hidden while that session ended and
+		// this one began): its forms carry that session's CSRF token, its buttons are that
+		// session's. Its version may well be the data's: the script reloads it instead.
+		if ctx.QueryArgs().Has("once") {
+			ctx.SetStatusCode(fasthttp.StatusResetContent)
+			return
+		}
+		ctx.SetContentType("text/event-stream")
+		ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+		ctx.SetBodyString("event: ended\ndata: {}\n\n")
+		return
+	}
 	if ctx.QueryArgs().Has("once") {
 		rc, cancel := u.rctx(ctx)
 		defer cancel()

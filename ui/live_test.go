@@ -240,3 +240,42 @@ func keys(m map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
+
+var liveURL = regexp.MustCompile(`data-live="([^"]*)"`)
+
+// A live page says which session it was rendered for (the stream's "as"): a stream or a
+// poll of it from another session (the tab was hidden while its session ended and
+// another began: its forms carry the old CSRF token) has the page reloaded ("ended";
+// 205 Reset Content), whatever its version, which may be the data's.
+func TestUI_LivePageOfAnotherSession(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	_, err := tb.store.Create(context.Background(), []*job.Job{{ID: "as-1", Type: "t", Schedule: job.Schedule{Delay: 3600e9}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	br.login(readToken)
+	p := br.get("/ui/jobs/as-1")
+	v := versionOf(t, p.body)
+	m := liveURL.FindStringSubmatch(p.body)
+	require.NotNil(t, m)
+	stream := strings.ReplaceAll(m[1], "&amp;", "&")
+	require.Contains(t, stream, "&as=")
+	require.Equal(t, http.StatusNoContent, br.get(stream+"&once=1&since="+v).status, "the same session: nothing changed")
+
+	br.login(writeToken) // the same browser, another session
+	require.Equal(t, http.StatusResetContent, br.get(stream+"&once=1&since="+v).status)
+	req, err := http.NewRequest("GET", tb.base+stream+"&since="+v, nil)
+	require.NoError(t, err)
+	res, err := br.hc.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	s := &sse{t: t, r: bufio.NewReader(res.Body)}
+	name, _, _ := s.next()
+	require.Equal(t, "ended", name)
+
+	// The page loaded again is the new session's.
+	p = br.get("/ui/jobs/as-1")
+	m = liveURL.FindStringSubmatch(p.body)
+	stream = strings.ReplaceAll(m[1], "&amp;", "&")
+	require.Equal(t, http.StatusNoContent, br.get(stream+"&once=1&since="+versionOf(t, p.body)).status)
+}

@@ -50,6 +50,11 @@ func (u *UI) show(ctx *fasthttp.RequestCtx, v *viewer, name, id string) {
 	p := u.pageOf(v, name, d.title, data)
 	if len(d.live) > 0 && liveOK(name, q) {
 		p.Live = Prefix + "/events?page=" + url.QueryEscape(string(ctx.URI().RequestURI()))
+		if v.cookie != "" {
+			// Not without tokens: there is no session, and each process has its own CSRF
+			// token; a page of one process would be reloaded for ever behind a balancer.
+			p.Live += "&as=" + v.tag()
+		}
 		p.Version = version
 	}
 	u.renderPage(ctx, name, p)

@@ -194,7 +194,7 @@ func TestUI_LiveEvents(t *testing.T) {
 	require.NoError(t, err)
 	br := tb.browser()
 	p := br.get("/ui/jobs/live-1")
-	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fjobs%2Flive-1"`)
+	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fjobs%2Flive-1"`, "no session to name without tokens")
 
 	// Polling: one JSON object of fragments.
 	p = br.get("/ui/events?once=1&page=%2Fui%2Fjobs%2Flive-1")

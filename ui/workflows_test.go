@@ -80,7 +80,7 @@ func TestUI_WorkflowList(t *testing.T) {
 	// Then the workflows and instances, with state and counts.
 	require.Contains(t, p.body, `<tr data-wf="etl"><td><a href="/ui/workflows/etl">etl</a></td><td><span class="badge running">running</span></td>`+"\n"+`<td class="n">5</td><td class="n">5</td>`)
 	require.Contains(t, p.body, `<a href="/ui/workflows/`+instance+`">`+instance+`</a>`)
-	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fworkflows"`)
+	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fworkflows&amp;as=`)
 
 	p = br.get("/ui/workflows?state=scheduled")
 	require.Equal(t, 200, p.status)
@@ -147,7 +147,7 @@ func TestUI_WorkflowPage(t *testing.T) {
 	require.Contains(t, p.body, `<span class="badge waiting">4 waiting</span>`)
 	require.Contains(t, p.body, `id="act-cancel"`)
 	require.NotContains(t, p.body, `id="act-retry"`)
-	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fworkflows%2Fetl"`)
+	require.Contains(t, p.body, `data-live="/ui/events?page=%2Fui%2Fworkflows%2Fetl&amp;as=`)
 	// A node's job page.
 	p = br.get("/ui/jobs/etl@extract")
 	require.Equal(t, 200, p.status, p.body)

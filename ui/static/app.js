@@ -182,10 +182,12 @@
   // every 5 s when streams fail. version is that of what the page shows (the server's
   // hash of what it read for it): the server sends nothing until the page's version
   // changes, and then what changed.
+  // url is the stream's, as the server wrote it: the page's URL (page) and the tag of
+  // the session it was rendered for (as), whose stream, opened by another session (this
+  // tab was hidden while it logged out and in again), has the page reloaded.
   var url = document.body.getAttribute("data-live");
+  if (url && url.indexOf("/ui/events?") !== 0) url = null;
   var version = document.body.getAttribute("data-live-version") || "";
-  // page is the page's parameter of the stream's URL, as the server wrote it (encoded).
-  var page = url ? url.replace(/^\/ui\/events\?page=/, "") : "";
   var es = null, poll = null, failures = 0, updates = 0;
   var light = document.getElementById("live-status");
   function setStatus(s) { if (light) { light.textContent = s; light.setAttribute("data-state", s); } }
@@ -237,8 +239,10 @@
     setStatus("polling");
     poll = setInterval(function () {
       if (document.hidden) return;
-      fetch("/ui/events?once=1&page=" + page + "&since=" + encodeURIComponent(version), { credentials: "same-origin", headers: { "Accept": "application/json" } })
-        .then(function (r) { if ((r.status === 401 || r.status === 404) && !acting) { location.reload(); } return r.status === 200 ? r.text() : null; })
+      fetch(url + "&once=1&since=" + encodeURIComponent(version), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        // 401: the session ended; 404: the page's job or workflow is gone; 205: the page
+        // is another session's. The page, loaded again, says so or is this session's.
+        .then(function (r) { if ((r.status === 401 || r.status === 404 || r.status === 205) && !acting) { location.reload(); } return r.status === 200 ? r.text() : null; })
         .then(function (t) { if (t) apply(t); });
     }, 5000);
   }
@@ -250,7 +254,8 @@
     es = new EventSource(url + "&since=" + encodeURIComponent(version));
     es.addEventListener("open", function () { failures = 0; setStatus("live"); });
     es.addEventListener("update", function (e) { apply(e.data); });
-    // The session ended, or the page's job or workflow is gone: the page, loaded again, says so.
+    // The session ended, the page is another session's, or its job or workflow is gone:
+    // the page, loaded again, says so or is this session's.
     es.addEventListener("ended", function () { close(); if (!acting) location.reload(); });
     es.addEventListener("error", function () {
       if (++failures >= 3 || es.readyState === EventSource.CLOSED) { close(); startPolling(); }
@@ -258,7 +263,6 @@
   }
   function close() { if (es) { es.close(); es = null; setStatus("paused"); } }
   if (url) {
-    url = "/ui/events?page=" + page;
     document.addEventListener("visibilitychange", function () { if (document.hidden) close(); else open(); });
     if (!document.hidden) open();
   }

@@ -1,0 +1,81 @@
+package ui_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tockhq/tock/job"
+	"github.com/tockhq/tock/ui"
+)
+
+// setHidden makes the page's tab hidden or shown as its script sees it (document.hidden
+// and the visibilitychange event): a headless browser has no tabs to switch.
+func setHidden(hidden bool) chromedp.Action {
+	v := "false"
+	if hidden {
+		v = "true"
+	}
+	return chromedp.Evaluate(`Object.defineProperty(document, "hidden", {configurable: true, get: () => `+v+`});
+		document.dispatchEvent(new Event("visibilitychange"))`, nil)
+}
+
+// becomes reports whether the page's expression expr becomes true within d, across
+// reloads of the page (chromedp.Poll fails when the page navigates).
+func becomes(ctx context.Context, d time.Duration, expr string) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		var ok bool
+		if err := chromedp.Run(ctx, chromedp.Evaluate(expr, &ok)); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// A page whose tab was hidden while its session ended and another began (a login in
+// another tab, after a logout or an expiry) belongs to a session that is gone: its forms
+// carry that session's CSRF token, refused, and it shows that session's buttons. Shown
+// again, it reloads, as the new session's, and its actions work.
+func TestBrowser_LivePageOfAnotherSession(t *testing.T) {
+	path := chromium(t)
+	tb := setupMini(t, testTokens, ui.Config{})
+	bg := context.Background()
+	_, err := tb.store.Create(bg, []*job.Job{{ID: "sess-1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+
+	login := func(ctx context.Context, token string) {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/login"), chromedp.WaitVisible("#token", chromedp.ByID),
+			chromedp.SendKeys("#token", token, chromedp.ByID), chromedp.Click("#login", chromedp.ByID),
+			chromedp.WaitVisible("#queues", chromedp.ByID)))
+	}
+	ctx := chromiumCtx(t, path, 60*time.Second)
+	login(ctx, readToken)
+	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(tb.base+"/ui/jobs/sess-1"),
+		chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery),
+		setHidden(true), chromedp.WaitVisible(`#live-status[data-state="paused"]`, chromedp.ByQuery)))
+
+	// Another tab of the same browser logs out and in again, with a write token.
+	other, cancel := chromedp.NewContext(ctx)
+	defer cancel()
+	require.NoError(t, chromedp.Run(other, chromedp.Navigate(tb.base+"/ui/"), chromedp.WaitVisible("#logout", chromedp.ByID),
+		chromedp.Click("#logout", chromedp.ByID), chromedp.WaitVisible("#token", chromedp.ByID)))
+	login(other, writeToken)
+	var csrf string
+	require.NoError(t, chromedp.Run(other, chromedp.Evaluate(`document.querySelector('meta[name="csrf-token"]').content`, &csrf)))
+	cancel() // the other tab is closed: the first one is the browser's visible tab again
+
+	// The first tab is shown again: it is the new session's page.
+	require.NoError(t, chromedp.Run(ctx, setHidden(false)))
+	require.True(t, becomes(ctx, 10*time.Second, `document.readyState === "complete" && document.querySelector('meta[name="csrf-token"]').content === `+
+		strconv.Quote(csrf)+` && document.querySelector("#act-pause") !== null`),
+		"the page is the new session's: its token, and the write session's buttons")
+	var status string
+	require.NoError(t, chromedp.Run(ctx, clickLive("#act-pause"),
+		chromedp.Poll(`(s => s && !s.textContent.endsWith("…"))(document.getElementById("action-status"))`, nil),
+		chromedp.Text("#action-status", &status, chromedp.ByID)))
+	require.Equal(t, "pause: done", status)
+}
