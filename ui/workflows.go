@@ -228,6 +228,36 @@ func (d *workflowData) Ended() bool {
 	return false
 }
 
+// A scheduled workflow's page offers the actions that do something in its definition's
+// job's state, as a job's page does (jobData): Pause while it may start instances,
+// Resume when paused, Start an instance now unless it is paused (the API refuses: 409)
+// or ended, Cancel until it has ended (cancelled), and Delete always.
+
+// defEnded reports whether the definition's job is in a final state (cancelled, or
+// completed or dead).
+func (d *workflowData) defEnded() bool {
+	switch job.State(d.W.JobState) {
+	case job.StateCompleted, job.StateDead, job.StateCancelled:
+		return true
+	}
+	return false
+}
+
+// DefCanPause reports whether Pause does something: the definition may start instances.
+func (d *workflowData) DefCanPause() bool {
+	return !d.defEnded() && d.W.JobState != string(job.StatePaused)
+}
+
+// DefCanResume reports whether the definition is paused.
+func (d *workflowData) DefCanResume() bool { return d.W.JobState == string(job.StatePaused) }
+
+// DefCanTrigger reports whether an instance can be started now: the definition is
+// neither paused nor ended.
+func (d *workflowData) DefCanTrigger() bool { return d.DefCanPause() }
+
+// DefCanCancel reports whether the definition has not ended.
+func (d *workflowData) DefCanCancel() bool { return !d.defEnded() }
+
 // Retryable reports whether the workflow failed or was cancelled.
 func (d *workflowData) Retryable() bool {
 	return d.W.State == string(job.WorkflowFailed) || d.W.State == string(job.WorkflowCancelled)

@@ -458,3 +458,48 @@ func TestUI_JobActionsByState(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "its run is still a dead letter")
 }
+
+// A scheduled workflow's page offers the actions that do something in its definition's
+// state, as a job's page does: a paused one Resume (not Start an instance now, which the
+// API refuses: 409), a cancelled one Delete only.
+func TestUI_DefinitionActionsByState(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	ctx := context.Background()
+	store := tb.store
+	for _, id := range []string{"def-on", "def-paused", "def-cancelled"} {
+		_, err := store.CreateWorkflow(ctx, &job.Workflow{ID: id, Schedule: &job.Schedule{Cron: "0 3 * * *"}, Jobs: []job.Node{wfNode("a", "")}})
+		require.NoError(t, err)
+	}
+	_, _, err := store.Pause(ctx, "def-paused")
+	require.NoError(t, err)
+	br := tb.browser()
+	br.login(writeToken)
+	p := br.post("/ui/actions/workflow", url.Values{"id": {"def-cancelled"}, "action": {"cancel"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+
+	all := []string{"resume", "pause", "trigger", "cancel", "delete"}
+	for _, c := range []struct {
+		id, state string
+		actions   []string
+	}{
+		{"def-on", "scheduled", []string{"pause", "trigger", "cancel", "delete"}},
+		{"def-paused", "paused", []string{"resume", "cancel", "delete"}},
+		{"def-cancelled", "cancelled", []string{"delete"}},
+	} {
+		p := br.get("/ui/workflows/" + c.id)
+		require.Equal(t, 200, p.status, c.id)
+		require.Contains(t, p.body, `id="wf-state">`+c.state+`</span>`, c.id)
+		for _, a := range all {
+			if slices.Contains(c.actions, a) {
+				require.Contains(t, p.body, `id="act-`+a+`"`, "%s (%s) offers %s", c.id, c.state, a)
+			} else {
+				require.NotContains(t, p.body, `id="act-`+a+`"`, "%s (%s) offers %s, which does nothing", c.id, c.state, a)
+			}
+		}
+	}
+	// What the page no longer offers: the API refuses to start an instance of a paused
+	// definition.
+	p = br.post("/ui/actions/workflow", url.Values{"id": {"def-paused"}, "action": {"trigger"}})
+	require.Equal(t, http.StatusConflict, p.status, p.body)
+}
