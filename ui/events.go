@@ -121,6 +121,11 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 				_, _ = w.WriteString("\n\n")
 			case n%15 == 0:
 				_, _ = w.WriteString(": keep-alive\n\n")
+			default:
+				// A comment of no text, each check: a client that went away (its tab
+				// closed, or hidden) is found at the next writes (its host refuses the
+				// first), not at the next keep-alive, 15 checks and loads of the page later.
+				_, _ = w.WriteString(":\n")
 			}
 			if w.Flush() != nil {
 				return // the client went away

@@ -296,8 +296,9 @@ func TestUI_DeleteJob(t *testing.T) {
 }
 
 // A live stream outlives the server's WriteTimeout (which bounds one response): each
-// write gets the timeout afresh. Here the timeout is 300ms and the stream's keep-alive
-// comes after 15 intervals of 100ms, then an update: both after the first deadline.
+// write gets the timeout afresh. Here the timeout is 300ms and the stream writes at each
+// check, every 100ms (an empty comment), its keep-alive after 15 of them, then an
+// update: both after the first deadline.
 func TestUI_StreamOutlivesWriteTimeout(t *testing.T) {
 	t.Parallel()
 	m, _ := redistest.Mini(t)
