@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -78,4 +79,36 @@ func TestBrowser_LivePageOfAnotherSession(t *testing.T) {
 		chromedp.Poll(`(s => s && !s.textContent.endsWith("…"))(document.getElementById("action-status"))`, nil),
 		chromedp.Text("#action-status", &status, chromedp.ByID)))
 	require.Equal(t, "pause: done", status)
+}
+
+// The polling fallback asks again 5 s after its last answer came, never while it waits
+// for one: polls every 5 s whatever their answers took overlapped when one took longer
+// (a 10,000-node workflow's page is 2.5 MB: 10 s on a slow link), each adding its own
+// whole page to the link's load, and an older answer applied after a newer one put the
+// page back to an older state. Here each poll's answer is held for 7 s.
+func TestBrowser_LivePollsDoNotOverlap(t *testing.T) {
+	path := chromium(t)
+	tb := setupMini(t, nil, ui.Config{})
+	bg := context.Background()
+	_, err := tb.store.Create(bg, []*job.Job{{ID: "poll-1", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+
+	ctx := chromiumCtx(t, path, 60*time.Second)
+	require.NoError(t, chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		// Without EventSource: polling; each poll's answer is held for 7 s.
+		_, err := cdppage.AddScriptToEvaluateOnNewDocument(`delete window.EventSource;
+			(() => { const f = window.fetch; window.__polls = 0; window.__maxPolls = 0;
+			window.fetch = function (u, o) {
+				if (String(u).indexOf("once=1") < 0) return f.apply(this, arguments);
+				window.__maxPolls = Math.max(window.__maxPolls, ++window.__polls);
+				return new Promise(r => setTimeout(r, 7000)).then(() => f(u, o)).finally(() => window.__polls--);
+			}; })()`).Do(ctx)
+		return err
+	}), chromedp.Navigate(tb.base+"/ui/jobs/poll-1"), chromedp.WaitVisible(`#live-status[data-state="polling"]`, chromedp.ByQuery)))
+	_, _, err = tb.store.Pause(bg, "poll-1")
+	require.NoError(t, err)
+	var most int
+	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible("#job-state.paused", chromedp.ByQuery),
+		chromedp.Evaluate(`window.__maxPolls`, &most)))
+	require.Equal(t, 1, most, "polls under way at once")
 }

@@ -234,17 +234,25 @@
     document.body.setAttribute("data-updates", String(updates));
     drawCharts();
   }
+  // startPolling polls 5 s after the last poll's answer came (or failed), never while
+  // one is under way: answers slower than that (a large page on a slow link) would
+  // pile up, and an older one would put the page back to an older state.
   function startPolling() {
     if (poll) return;
     setStatus("polling");
-    poll = setInterval(function () {
-      if (document.hidden) return;
+    poll = true;
+    function later() { setTimeout(once, 5000); }
+    function once() {
+      if (document.hidden) { later(); return; }
       fetch(url + "&once=1&since=" + encodeURIComponent(version), { credentials: "same-origin", headers: { "Accept": "application/json" } })
         // 401: the session ended; 404: the page's job or workflow is gone; 205: the page
         // is another session's. The page, loaded again, says so or is this session's.
         .then(function (r) { if ((r.status === 401 || r.status === 404 || r.status === 205) && !acting) { location.reload(); } return r.status === 200 ? r.text() : null; })
-        .then(function (t) { if (t) apply(t); });
-    }, 5000);
+        .then(function (t) { if (t) apply(t); })
+        .catch(function () {})
+        .then(later);
+    }
+    later();
   }
   function open() {
     if (!url || es || poll) return;
