@@ -112,3 +112,35 @@ func TestBrowser_LivePollsDoNotOverlap(t *testing.T) {
 		chromedp.Evaluate(`window.__maxPolls`, &most)))
 	require.Equal(t, 1, most, "polls under way at once")
 }
+
+// A job removed while an action on its page is under way (another operator deleted it
+// as this one clicked Pause): the page's stream ends ("ended") while the script waits
+// for the action's answer, and does not reload then (the action may be the delete, whose
+// answer leads elsewhere). Once the action has been answered on the page, the page
+// reloads and says the job is gone, rather than showing it, with its stream closed, for
+// ever.
+func TestBrowser_LivePageGoneDuringAnAction(t *testing.T) {
+	path := chromium(t)
+	tb := setupMini(t, nil, ui.Config{})
+	bg := context.Background()
+	_, err := tb.store.Create(bg, []*job.Job{{ID: "gone-2", Type: "t", Schedule: job.Schedule{Delay: time.Hour}}})
+	require.NoError(t, err)
+
+	ctx := chromiumCtx(t, path, 60*time.Second)
+	require.NoError(t, chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		// The action's post waits for the test to let it go (window.__go).
+		_, err := cdppage.AddScriptToEvaluateOnNewDocument(`(() => { const f = window.fetch;
+			window.fetch = function (u, o) {
+				if (String(u).indexOf("/ui/actions/") < 0) return f.apply(this, arguments);
+				window.__posting = true;
+				return new Promise(r => { window.__go = r; }).then(() => f(u, o));
+			}; })()`).Do(ctx)
+		return err
+	}), chromedp.Navigate(tb.base+"/ui/jobs/gone-2"), chromedp.WaitVisible(`#live-status[data-state="live"]`, chromedp.ByQuery),
+		clickLive("#act-pause"), chromedp.Poll(`window.__posting === true`, nil)))
+	require.NoError(t, tb.store.Delete(bg, "gone-2"))
+	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible(`#live-status[data-state="paused"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.__go()`, nil)))
+	require.True(t, becomes(ctx, 5*time.Second, `(e => e !== null && e.textContent.includes("not found"))(document.getElementById("error-message"))`),
+		"the page says the job is gone")
+}

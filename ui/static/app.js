@@ -22,7 +22,14 @@
   // says). Without this script the form posts and the page reloads. acting counts the
   // actions under way (and one whose redirect is being followed): the live stream does
   // not reload the page meanwhile, should it find the job or workflow gone (a delete).
-  var acting = 0;
+  var acting = 0, reloadAfter = false;
+  // reload loads the page again (its session ended, its job or workflow is gone, or it
+  // is another session's), once no action is under way: then, if the action did not
+  // lead elsewhere.
+  function reload() {
+    if (acting) { reloadAfter = true; return; }
+    location.reload();
+  }
   document.addEventListener("submit", function (e) {
     var form = e.target;
     // getAttribute: the form's controls named "id" and "action" shadow form.id and
@@ -41,7 +48,11 @@
     status.textContent = e.submitter.value + "…";
     acting++;
     var settled = false;
-    function settle() { if (!settled) { settled = true; acting--; } }
+    function settle() {
+      if (settled) return;
+      settled = true;
+      if (--acting === 0 && reloadAfter) location.reload();
+    }
     fetch(form.getAttribute("action"), { method: "POST", body: new URLSearchParams(data), credentials: "same-origin" })
       .then(function (r) {
         if (!r.ok) {
@@ -247,7 +258,7 @@
       fetch(url + "&once=1&since=" + encodeURIComponent(version), { credentials: "same-origin", headers: { "Accept": "application/json" } })
         // 401: the session ended; 404: the page's job or workflow is gone; 205: the page
         // is another session's. The page, loaded again, says so or is this session's.
-        .then(function (r) { if ((r.status === 401 || r.status === 404 || r.status === 205) && !acting) { location.reload(); } return r.status === 200 ? r.text() : null; })
+        .then(function (r) { if (r.status === 401 || r.status === 404 || r.status === 205) { reload(); } return r.status === 200 ? r.text() : null; })
         .then(function (t) { if (t) apply(t); })
         .catch(function () {})
         .then(later);
@@ -264,7 +275,7 @@
     es.addEventListener("update", function (e) { apply(e.data); });
     // The session ended, the page is another session's, or its job or workflow is gone:
     // the page, loaded again, says so or is this session's.
-    es.addEventListener("ended", function () { close(); if (!acting) location.reload(); });
+    es.addEventListener("ended", function () { close(); reload(); });
     es.addEventListener("error", function () {
       if (++failures >= 3 || es.readyState === EventSource.CLOSED) { close(); startPolling(); }
     });
