@@ -31,9 +31,20 @@ func (u *UI) NewLiveStream(page, since string) (*LiveStream, error) {
 	return &LiveStream{s: &stream{u: u, v: v, name: name, id: id, q: target.Query(), version: since}}, nil
 }
 
-// Next returns the update the stream sends now, or nil when there is none.
+// Next returns the update the stream sends now, or nil when there is none. It loads the
+// page itself: a stream's checks are LiveEvery apart, and those of the page's streams
+// share a load for half of it (liveLoad), which calls made at will would share with
+// the ones before; and it leaves no load shared behind it.
 func (l *LiveStream) Next(ctx context.Context) ([]byte, error) {
+	l.s.u.dropLoads()
+	defer l.s.u.dropLoads()
 	b, err := l.s.next(ctx, l.n)
 	l.n++
 	return b, err
+}
+
+func (u *UI) dropLoads() {
+	u.loadsMu.Lock()
+	clear(u.loads)
+	u.loadsMu.Unlock()
 }

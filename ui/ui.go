@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -64,6 +65,10 @@ type UI struct {
 	// seed is the seed of the pages' versions (load): a page rendered by another
 	// process has another version, and its stream starts with a whole update.
 	seed maphash.Seed
+	// loads are the live pages' loads that their streams share (liveLoad), by scope,
+	// page and query.
+	loadsMu sync.Mutex
+	loads   map[string]*sharedLoad
 }
 
 // New returns the dashboard of cfg.API.
@@ -90,7 +95,7 @@ func New(cfg Config) (*UI, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	u := &UI{cfg: cfg, api: cfg.API, store: cfg.API.Store(), log: cfg.Logger.With("component", "ui"), anonCSRF: randToken(),
-		seed: maphash.MakeSeed()}
+		seed: maphash.MakeSeed(), loads: map[string]*sharedLoad{}}
 	var err error
 	if u.pages, err = parseTemplates(); err != nil {
 		return nil, err
