@@ -350,7 +350,7 @@ func pageOfPath(p string) (name, id string, ok bool) {
 	switch p {
 	case "/":
 		return "overview", "", true
-	case "/jobs", "/dead", "/schedules", "/cluster", "/workflows":
+	case "/jobs", "/dead", "/schedules", "/cluster", "/audit", "/workflows":
 		return p[1:], "", true
 	}
 	if raw, found := strings.CutPrefix(p, "/jobs/"); found {

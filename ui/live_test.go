@@ -346,3 +346,24 @@ func TestUI_LiveStreamsShareLoads(t *testing.T) {
 	t.Logf("Redis commands in a second: %d with one stream, %d with ten", one, ten)
 	require.Less(t, ten, 3*one, "ten streams of the page load it as often as one, or twice as often")
 }
+
+// The audit log's page is live, as its live fragment says: its stream was refused (400:
+// "page has no live updates", the page's path unknown to the stream), and the script
+// fell back to polling, refused as well every 5 s, for as long as the page was open.
+func TestUI_LiveAudit(t *testing.T) {
+	t.Parallel()
+	tb := setupMini(t, testTokens, ui.Config{})
+	_, err := tb.store.Create(context.Background(), []*job.Job{{ID: "audited-1", Type: "t", Schedule: job.Schedule{Delay: 3600e9}}})
+	require.NoError(t, err)
+	br := tb.browser()
+	br.login(writeToken)
+	p := br.get("/ui/audit")
+	require.Equal(t, 200, p.status)
+	v := versionOf(t, p.body)
+	require.Equal(t, http.StatusNoContent, br.get("/ui/events?once=1&page=%2Fui%2Faudit&since="+v).status)
+	s := br.openStream("/ui/audit", v)
+	s.quiet()
+	require.Equal(t, http.StatusSeeOther, br.post("/ui/actions/job", url.Values{"id": {"audited-1"}, "action": {"pause"}}).status)
+	u, _ := s.update()
+	require.Contains(t, u.Fragments["audit"], "job.pause")
+}
