@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,4 +368,45 @@ func TestUI_LiveAudit(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, br.post("/ui/actions/job", url.Values{"id": {"audited-1"}, "action": {"pause"}}).status)
 	u, _ := s.update()
 	require.Contains(t, u.Fragments["audit"], "job.pause")
+}
+
+// countHandler counts the log records whose message is msg.
+type countHandler struct {
+	msg string
+	n   *atomic.Int64
+}
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// A live stream whose checks fail (Redis down: every open tab's stream, every second)
+// logs at most one line a second for all of them, with the count of the ones left out,
+// not one a check: here a read session's stream of the audit log, which the API refuses
+// it (403) at each of its 10 checks a second.
+func TestUI_LiveErrorsLogRateLimited(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	log := slog.New(countHandler{msg: "live update", n: &n})
+	tb := setupMini(t, testTokens, ui.Config{LiveEvery: 100 * time.Millisecond, Logger: log})
+	br := tb.browser()
+	br.login(readToken)
+	for range 3 {
+		s := br.openStream("/ui/audit", "")
+		go func() {
+			for {
+				if _, err := s.r.ReadString('\n'); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	require.LessOrEqual(t, n.Load(), int64(3), "lines logged in 1.5 s by 3 streams failing 10 times a second")
 }

@@ -69,6 +69,8 @@ type UI struct {
 	// page and query.
 	loadsMu sync.Mutex
 	loads   map[string]*sharedLoad
+	// liveLog rate-limits the streams' failures.
+	liveLog logLimiter
 }
 
 // New returns the dashboard of cfg.API.
