@@ -98,8 +98,13 @@ const sleep = (ms, signal) =>
  */
 export const REPORT_RETRY_MS = 5000;
 
+// isNetworkError tells fetch's network errors: 'fetch failed' (no connection, or one
+// reset before the reply) and 'terminated' (the reply's body cut short: a server killed
+// while it answered).
+const isNetworkError = (e) => e instanceof TypeError && (e.message === 'fetch failed' || e.message === 'terminated');
+
 // retrying returns call(), tried again with backoff while it fails with a network error
-// (fetch's TypeError, or its timeout) or a 502, 503 or 504, for REPORT_RETRY_MS. A report
+// (isNetworkError, or fetch's timeout) or a 502, 503 or 504, for REPORT_RETRY_MS. A report
 // that reached the server before its answer was lost is refused the second time (409,
 // not held), which the callers take as a run redelivered: nothing is done twice.
 async function retrying(call) {
@@ -109,7 +114,7 @@ async function retrying(call) {
       return await call();
     } catch (e) {
       const again = e instanceof APIError ? [502, 503, 504].includes(e.status)
-        : e?.name === 'TimeoutError' || (e instanceof TypeError && e.message === 'fetch failed');
+        : e?.name === 'TimeoutError' || isNetworkError(e);
       if (!again || Date.now() + delay > deadline) throw e;
     }
     await sleep(delay);

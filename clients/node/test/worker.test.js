@@ -12,7 +12,9 @@ async function fakeTock() {
   // batch: whether POST /v1/runs:ack and :fail exist (else 404, as an older server).
   // tooLarge: runs whose acks get 413 (the result over the server's limit).
   // unavailable: the next reports answered 503 (not recorded), as a server restarting.
-  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0 };
+  // cut: path -> how many of its next calls get a reply cut short (a server killed while
+  // it answered; not recorded).
+  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0, cut: {} };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -27,6 +29,13 @@ async function fakeTock() {
       if (f.unavailable > 0 && req.url !== '/v1/runs:claim' && req.url !== '/v1/runs:heartbeat') {
         f.unavailable--;
         return reply(503, { error: { code: 'unavailable', message: 'restarting' } });
+      }
+      if (f.cut[req.url] > 0) {
+        f.cut[req.url]--;
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': '100' });
+        res.write('{"runs": [');
+        setTimeout(() => res.socket?.destroy(), 10);
+        return;
       }
       f.calls.push([req.url, body]);
       changed();
@@ -232,6 +241,21 @@ test('reports are retried while the server is unavailable', async () => {
     const { w, stop } = start({ echo: () => undefined }, { batchAcks });
     await fake.waitFor(() => `${run}:ack` in fake.reports());
     assert.equal(fake.unavailable, 0);
+    await fake.waitFor(() => w.inflight.size === 0);
+    await stop();
+  }
+});
+
+test('a report whose reply was cut short is sent again', async () => {
+  // A reply cut short (a server killed while it answered) fails fetch's body read with
+  // TypeError('terminated'), which was not taken for a network error: the report was
+  // given up and its run left to its deadline, to be run again.
+  for (const batchAcks of [true, false]) {
+    const run = fake.add(`cut-${batchAcks}`, 'echo');
+    fake.cut = { '/v1/runs:claim': 1, '/v1/runs:heartbeat': 1, '/v1/runs:ack': 1, [`/v1/runs/${run}:ack`]: 1 };
+    const { w, stop } = start({ echo: () => 7 }, { batchAcks });
+    await fake.waitFor(() => `${run}:ack` in fake.reports());
+    assert.deepEqual(fake.reports()[`${run}:ack`], { token: `1-cut-${batchAcks}`, result: 7 });
     await fake.waitFor(() => w.inflight.size === 0);
     await stop();
   }

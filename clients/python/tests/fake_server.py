@@ -16,6 +16,10 @@ class FakeTock:
         self.too_large = set()  # runs whose acks get 413 (the result over the server's limit)
         self.batch = True  # whether POST /v1/runs:ack and :fail exist (else 404, as an older server)
         self.unavailable = 0  # the next reports answered 503 (not recorded), as a server restarting
+        # path -> how many of its next calls get a reply cut short (a server killed while
+        # it answered; not recorded), or an error body that is no API error (a proxy's).
+        self.cut = {}
+        self.proxy_error = {}
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -31,6 +35,18 @@ class FakeTock:
                     if fake.unavailable > 0 and self.path not in ("/v1/runs:claim", "/v1/runs:heartbeat"):
                         fake.unavailable -= 1
                         return self.reply(503, {"error": {"code": "unavailable", "message": "restarting"}})
+                    if fake.cut.get(self.path, 0) > 0:
+                        fake.cut[self.path] -= 1
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", "100")
+                        self.end_headers()
+                        self.wfile.write(b'{"runs": [')
+                        self.close_connection = True
+                        return
+                    if fake.proxy_error.get(self.path, 0) > 0:
+                        fake.proxy_error[self.path] -= 1
+                        return self.reply(502, {"error": "upstream connect error"})
                     fake.calls.append((self.path, body))
                     fake.lock.notify_all()
                 if self.path == "/v1/runs:claim":

@@ -192,6 +192,30 @@ class WorkerTest(unittest.TestCase):
             self.fake.wait_for(lambda: w.inflight == 0)
             stop()
 
+    def test_replies_cut_short_or_from_a_proxy(self):
+        # A reply cut short (a server killed while it answered: http.client.IncompleteRead)
+        # and a proxy's error body ({"error": "..."}: AttributeError) escaped the client
+        # as exceptions the loops did not catch: the claim loop ended the worker, the
+        # heartbeat thread died (every run held lost at its deadline from then on).
+        release = threading.Event()
+        run = self.fake.add("cut", "slow", visibility="300ms")
+        with self.fake.lock:
+            for path in ("/v1/runs:claim", "/v1/runs:heartbeat", "/v1/runs:ack"):
+                self.fake.cut[path] = 1
+                self.fake.proxy_error[path] = 1
+        w, _ = self.start({"slow": lambda j: release.wait(10) and {"ok": True}})
+        self.fake.wait_for(lambda: sum(p == "/v1/runs:heartbeat" for p, _ in self.fake.calls) >= 2)
+        release.set()
+        self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
+        self.assertEqual(self.fake.reports()[run + ":ack"], {"token": "1-cut", "result": {"ok": True}})
+        self.assertEqual(self.fake.cut, {p: 0 for p in self.fake.cut})
+        self.assertEqual(self.fake.proxy_error, {p: 0 for p in self.fake.proxy_error})
+        with self.assertRaises(APIError) as cm:
+            with self.fake.lock:  # a path the worker does not call here
+                self.fake.proxy_error["/v1/runs:fail"] = 1
+            self.client.fail_many([{"run": "x:1", "token": "t"}])
+        self.assertEqual((cm.exception.status, cm.exception.code), (502, "http_502"))
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

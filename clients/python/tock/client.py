@@ -3,6 +3,7 @@ the pull protocol (claim, heartbeat, ack, fail, snooze, cancel; ack_many and fai
 report several runs in one call). Standard library only."""
 
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -52,12 +53,22 @@ class Client:
                 if raw_reply:
                     return status, raw, resp.headers.get_content_type()
         except urllib.error.HTTPError as e:
-            raw = e.read()
+            try:
+                raw = e.read()
+            except http.client.HTTPException as cut:
+                raise ConnectionError("%s %s: the reply was cut short: %r" % (method, path, cut)) from None
             try:
                 err = json.loads(raw)["error"]
-                raise APIError(e.code, err.get("code", ""), err.get("message", ""), err.get("field")) from None
-            except (ValueError, KeyError, TypeError):
+                code, message, field = err.get("code", ""), err.get("message", ""), err.get("field")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                # Not an API error: a proxy's page, or its own JSON ({"error": "..."}).
                 raise APIError(e.code, "http_%d" % e.code, raw.decode("utf-8", "replace")[:200]) from None
+            raise APIError(e.code, code, message, field) from None
+        except http.client.HTTPException as e:
+            # A reply cut short (IncompleteRead: the server was killed while it answered) or
+            # malformed: a network error, as a reset connection is (OSError), so that the
+            # loops and the reports' retries take it as one.
+            raise ConnectionError("%s %s: the reply was cut short: %r" % (method, path, e)) from None
         return status, (json.loads(raw) if raw else None)
 
     @staticmethod

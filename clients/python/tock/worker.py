@@ -227,7 +227,7 @@ class Worker:
             try:
                 runs = self.client.claim(self.queues, self.name, max=free, wait=self.wait, types=types)
                 backoff = 0.1
-            except (APIError, OSError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - the loop must go on (a reply that is no claim's too)
                 log.warning("worker %s: claim: %s", self.name, e)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -418,7 +418,7 @@ class Worker:
                 continue
             try:
                 states = self.client.heartbeat([(j.run, j.token) for j in held], self.name)
-            except (APIError, OSError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - the thread must go on, or every run held is lost
                 log.warning("worker %s: heartbeat: %s", self.name, e)
                 continue
             for j in held:
