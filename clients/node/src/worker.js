@@ -93,10 +93,15 @@ const sleep = (ms, signal) =>
 
 /**
  * How long a report (ack, fail, snooze, cancel) is tried again after a network error or
- * a 502, 503 or 504 (a server restarting, or out of memory for request bodies), as the Go
- * worker does: a report given up leaves its run to its deadline, to be run again.
+ * a 500, 502, 503 or 504 (a server restarting, out of memory for request bodies, or whose
+ * Redis failed), as the Go worker does: a report given up leaves its run to its deadline,
+ * to be run again. A run of a batch answered one of those in the batch's reply (Redis
+ * failed for its shard) is sent again too.
  */
 export const REPORT_RETRY_MS = 5000;
+
+// The statuses of a report that is tried again: the run is still held (docs/executors.md).
+const RETRY_STATUSES = [500, 502, 503, 504];
 
 // isNetworkError tells fetch's network errors: 'fetch failed' (no connection, or one
 // reset before the reply) and 'terminated' (the reply's body cut short: a server killed
@@ -104,16 +109,16 @@ export const REPORT_RETRY_MS = 5000;
 const isNetworkError = (e) => e instanceof TypeError && (e.message === 'fetch failed' || e.message === 'terminated');
 
 // retrying returns call(), tried again with backoff while it fails with a network error
-// (isNetworkError, or fetch's timeout) or a 502, 503 or 504, for REPORT_RETRY_MS. A report
-// that reached the server before its answer was lost is refused the second time (409,
-// not held), which the callers take as a run redelivered: nothing is done twice.
-async function retrying(call) {
-  const deadline = Date.now() + REPORT_RETRY_MS;
+// (isNetworkError, or fetch's timeout) or a status of RETRY_STATUSES, until deadline
+// (Date.now(); REPORT_RETRY_MS from now by default). A report that reached the server
+// before its answer was lost is refused the second time (409, not held), which the
+// callers take as a run redelivered: nothing is done twice.
+async function retrying(call, deadline = Date.now() + REPORT_RETRY_MS) {
   for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
     try {
       return await call();
     } catch (e) {
-      const again = e instanceof APIError ? [502, 503, 504].includes(e.status)
+      const again = e instanceof APIError ? RETRY_STATUSES.includes(e.status)
         : e?.name === 'TimeoutError' || isNetworkError(e);
       if (!again || Date.now() + delay > deadline) throw e;
     }
@@ -329,28 +334,35 @@ export class Worker {
 
   async #sendAcks(batch) {
     if (this.batchAcks) {
-      let results;
-      try {
-        results = await retrying(() => this.client.ackMany(batch.map(({ job, value }) => ({ run: job.run, token: job.token, result: value }))));
-      } catch (e) {
-        if (!(e instanceof APIError && (e.status === 404 || e.status === 405))) {
-          this.log.warn?.(`worker ${this.name}: ack ${batch.length} runs: ${e.message} (left to their deadlines)`);
-          return;
+      const deadline = Date.now() + REPORT_RETRY_MS;
+      for (let delay = 50; batch.length > 0; delay = Math.min(delay * 2, 1000)) {
+        let results;
+        try {
+          results = await retrying(() => this.client.ackMany(batch.map(({ job, value }) => ({ run: job.run, token: job.token, result: value }))), deadline);
+        } catch (e) {
+          if (!(e instanceof APIError && (e.status === 404 || e.status === 405))) {
+            this.log.warn?.(`worker ${this.name}: ack ${batch.length} runs: ${e.message} (left to their deadlines)`);
+            return;
+          }
+          this.log.info?.(`worker ${this.name}: the server has no batch ack (${e.message}); acking each run`);
+          this.batchAcks = false;
+          break;
         }
-        this.log.info?.(`worker ${this.name}: the server has no batch ack (${e.message}); acking each run`);
-        this.batchAcks = false;
-      }
-      if (results) {
         const refused = [];
-        batch.forEach(({ job }, i) => {
+        const again = [];
+        batch.forEach((a, i) => {
+          const { job } = a;
           const r = results[i] ?? {};
           if (r.status === 409) this.log.info?.(`worker ${this.name}: ${job.run} was redelivered meanwhile; report dropped`);
           else if (r.status === 400 || r.status === 413) refused.push(this.#refusedAck(job, r.error?.message ?? ''));
-          else if (r.status !== 200) this.log.warn?.(`worker ${this.name}: ack ${job.run}: ${r.status} ${r.error?.message ?? ''}`);
+          else if (RETRY_STATUSES.includes(r.status) && Date.now() + delay <= deadline) again.push(a); // Redis failed for its shard: still held
+          else if (r.status !== 200) this.log.warn?.(`worker ${this.name}: ack ${job.run}: ${r.status} ${r.error?.message ?? ''} (left to its deadline)`);
         });
         await Promise.all(refused);
-        return;
+        batch = again;
+        if (batch.length > 0) await sleep(delay);
       }
+      if (this.batchAcks) return;
     }
     await Promise.all(batch.map(({ job, value }) => this.#reportOne(job, 'ack', value)));
   }

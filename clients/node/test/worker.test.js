@@ -14,7 +14,11 @@ async function fakeTock() {
   // unavailable: the next reports answered 503 (not recorded), as a server restarting.
   // cut: path -> how many of its next calls get a reply cut short (a server killed while
   // it answered; not recorded).
-  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0, cut: {} };
+  // unavailableStatus: what the unavailable reports get (503, or 500: Redis failed).
+  // shardDown: run -> how many of the next batch reports naming it answer it 503 in the
+  // batch's reply (Redis failed for its shard), the other runs 200.
+  const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0,
+    unavailableStatus: 503, cut: {}, shardDown: {} };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -28,7 +32,7 @@ async function fakeTock() {
       const body = JSON.parse(data || 'null');
       if (f.unavailable > 0 && req.url !== '/v1/runs:claim' && req.url !== '/v1/runs:heartbeat') {
         f.unavailable--;
-        return reply(503, { error: { code: 'unavailable', message: 'restarting' } });
+        return reply(f.unavailableStatus, { error: { code: 'unavailable', message: 'restarting' } });
       }
       if (f.cut[req.url] > 0) {
         f.cut[req.url]--;
@@ -50,6 +54,10 @@ async function fakeTock() {
         if (!f.batch) return reply(404, { error: { code: 'not_found', message: `no route for ${req.url}` } });
         const ack = req.url === '/v1/runs:ack';
         const runs = body.runs.map((r) => {
+          if (f.shardDown[r.run] > 0) {
+            f.shardDown[r.run]--;
+            return { run: r.run, status: 503, error: { code: 'unavailable', message: 'redis did not answer in time' } };
+          }
           if (f.conflict.has(r.run)) return { run: r.run, status: 409, error: { code: 'token_mismatch', message: 'not held' } };
           if (ack && f.tooLarge.has(r.run)) return { run: r.run, status: 413, error: { code: 'too_large', message: TOO_LARGE, field: 'runs[0].result' } };
           return { run: r.run, status: 200, outcome: ack ? 'ok' : 'error' };
@@ -256,6 +264,30 @@ test('a report whose reply was cut short is sent again', async () => {
     const { w, stop } = start({ echo: () => 7 }, { batchAcks });
     await fake.waitFor(() => `${run}:ack` in fake.reports());
     assert.deepEqual(fake.reports()[`${run}:ack`], { token: `1-cut-${batchAcks}`, result: 7 });
+    await fake.waitFor(() => w.inflight.size === 0);
+    await stop();
+  }
+});
+
+test('reports refused for Redis are sent again', async () => {
+  // A run of a batch answered 503 (Redis failed for its shard: still held, safe to report
+  // again, docs/executors.md), and a single report answered 500 (a store call that
+  // failed), were given up, as the Go worker does not: its run was left to its deadline
+  // and run again.
+  const run = fake.add('shard-down', 'echo');
+  fake.shardDown[run] = 2;
+  const first = start({ echo: () => 5 });
+  await fake.waitFor(() => fake.batchCalls().flatMap((b) => b.runs).filter((r) => r.run === run).length === 3);
+  await fake.waitFor(() => first.w.inflight.size === 0);
+  await first.stop();
+  assert.equal(fake.shardDown[run], 0);
+  for (const batchAcks of [true, false]) {
+    const r = fake.add(`redis-down-${batchAcks}`, batchAcks ? 'boom' : 'echo');
+    fake.unavailable = 2;
+    fake.unavailableStatus = 500;
+    const { w, stop } = start({ echo: () => 1, boom: () => { throw new Error('boom'); } }, { batchAcks });
+    await fake.waitFor(() => `${r}:${batchAcks ? 'fail' : 'ack'}` in fake.reports());
+    assert.equal(fake.unavailable, 0);
     await fake.waitFor(() => w.inflight.size === 0);
     await stop();
   }

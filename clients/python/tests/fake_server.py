@@ -16,6 +16,10 @@ class FakeTock:
         self.too_large = set()  # runs whose acks get 413 (the result over the server's limit)
         self.batch = True  # whether POST /v1/runs:ack and :fail exist (else 404, as an older server)
         self.unavailable = 0  # the next reports answered 503 (not recorded), as a server restarting
+        self.unavailable_status = 503  # or 500: Redis failed (a connection refused)
+        # run -> how many of the next batch reports naming it answer it 503 in the batch's
+        # reply (Redis failed for its shard), the other runs 200.
+        self.shard_unavailable = {}
         # path -> how many of its next calls get a reply cut short (a server killed while
         # it answered; not recorded), or an error body that is no API error (a proxy's).
         self.cut = {}
@@ -34,7 +38,7 @@ class FakeTock:
                 with fake.lock:
                     if fake.unavailable > 0 and self.path not in ("/v1/runs:claim", "/v1/runs:heartbeat"):
                         fake.unavailable -= 1
-                        return self.reply(503, {"error": {"code": "unavailable", "message": "restarting"}})
+                        return self.reply(fake.unavailable_status, {"error": {"code": "unavailable", "message": "restarting"}})
                     if fake.cut.get(self.path, 0) > 0:
                         fake.cut[self.path] -= 1
                         self.send_response(200)
@@ -65,7 +69,14 @@ class FakeTock:
                     verb = self.path.rpartition(":")[2]
                     out = []
                     for r in body["runs"]:
-                        if r["run"] in fake.conflict:
+                        with fake.lock:
+                            down = fake.shard_unavailable.get(r["run"], 0) > 0
+                            if down:
+                                fake.shard_unavailable[r["run"]] -= 1
+                        if down:
+                            out.append({"run": r["run"], "status": 503, "error": {
+                                "code": "unavailable", "message": "redis did not answer in time"}})
+                        elif r["run"] in fake.conflict:
                             out.append({"run": r["run"], "status": 409,
                                         "error": {"code": "token_mismatch", "message": "not held"}})
                         elif verb == "ack" and r["run"] in fake.too_large:

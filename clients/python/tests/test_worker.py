@@ -216,6 +216,29 @@ class WorkerTest(unittest.TestCase):
             self.client.fail_many([{"run": "x:1", "token": "t"}])
         self.assertEqual((cm.exception.status, cm.exception.code), (502, "http_502"))
 
+    def test_reports_refused_for_redis_are_retried(self):
+        # A run of a batch answered 503 (Redis failed for its shard: still held, safe to
+        # report again, docs/executors.md), and a single report answered 500 (a store call
+        # that failed), were given up, as the Go worker does not: its run was left to its
+        # deadline and run again.
+        run = self.fake.add("shard-down", "echo")
+        with self.fake.lock:
+            self.fake.shard_unavailable[run] = 2
+        w, stop = self.start({"echo": lambda j: 5})
+        self.fake.wait_for(lambda: sum(r["run"] == run for b in self.fake.batch_calls() for r in b["runs"]) == 3)
+        self.fake.wait_for(lambda: w.inflight == 0)
+        stop()
+        self.assertEqual(self.fake.shard_unavailable[run], 0)
+        for batch in (True, False):
+            run = self.fake.add("redis-down-%s" % batch, "boom" if batch else "echo")
+            with self.fake.lock:
+                self.fake.unavailable, self.fake.unavailable_status = 2, 500
+            w, stop = self.start({"echo": lambda j: 1, "boom": lambda j: 1 / 0}, batch_acks=batch)
+            self.fake.wait_for(lambda: run + (":fail" if batch else ":ack") in self.fake.reports())
+            self.assertEqual(self.fake.unavailable, 0)
+            self.fake.wait_for(lambda: w.inflight == 0)
+            stop()
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

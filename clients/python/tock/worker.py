@@ -21,23 +21,30 @@ log = logging.getLogger("tock.worker")
 MAX_ACK_BATCH = 1000
 
 # How long a report (ack, fail, snooze, cancel) is tried again after a network error or
-# a 502, 503 or 504 (a server restarting, or out of memory for request bodies), as the Go
-# worker does: a report given up leaves its run to its deadline, to be run again.
+# a 500, 502, 503 or 504 (a server restarting, out of memory for request bodies, or whose
+# Redis failed), as the Go worker does: a report given up leaves its run to its deadline,
+# to be run again. A run of a batch answered one of those in the batch's reply (Redis
+# failed for its shard) is sent again too.
 REPORT_RETRY_FOR = 5.0
 
+# The statuses of a report that is tried again: the run is still held (docs/executors.md).
+RETRY_STATUSES = (500, 502, 503, 504)
 
-def _retrying(call, retry_for=None):
+
+def _retrying(call, retry_for=None, deadline=None):
     """Returns call(), tried again with backoff while it fails with a network error or a
-    502, 503 or 504, for retry_for seconds (REPORT_RETRY_FOR). A report that reached the
-    server before its answer was lost is refused the second time (409, not held), which
-    the callers take as a run redelivered: nothing is done twice."""
-    deadline = time.monotonic() + (REPORT_RETRY_FOR if retry_for is None else retry_for)
+    status of RETRY_STATUSES, for retry_for seconds (REPORT_RETRY_FOR) or until deadline
+    (time.monotonic()). A report that reached the server before its answer was lost is
+    refused the second time (409, not held), which the callers take as a run
+    redelivered: nothing is done twice."""
+    if deadline is None:
+        deadline = time.monotonic() + (REPORT_RETRY_FOR if retry_for is None else retry_for)
     delay = 0.05
     while True:
         try:
             return call()
         except APIError as e:
-            if e.status not in (502, 503, 504) or time.monotonic() + delay > deadline:
+            if e.status not in RETRY_STATUSES or time.monotonic() + delay > deadline:
                 raise
         except OSError:
             if time.monotonic() + delay > deadline:
@@ -370,34 +377,46 @@ class Worker:
 
     def _send_acks(self, batch):
         if self._batch_acks:
-            runs = []
-            for j, value in batch:
-                r = {"run": j.run, "token": j.token}
-                if isinstance(value, (bytes, bytearray)):
-                    r["result_bytes"] = bytes(value)
-                elif value is not None:
-                    r["result"] = value
-                runs.append(r)
-            try:
-                results = _retrying(lambda: self.client.ack_many(runs))
-            except APIError as e:
-                if e.status not in (404, 405):
+            deadline = time.monotonic() + REPORT_RETRY_FOR
+            delay = 0.05
+            while batch:
+                runs = []
+                for j, value in batch:
+                    r = {"run": j.run, "token": j.token}
+                    if isinstance(value, (bytes, bytearray)):
+                        r["result_bytes"] = bytes(value)
+                    elif value is not None:
+                        r["result"] = value
+                    runs.append(r)
+                try:
+                    results = _retrying(lambda: self.client.ack_many(runs), deadline=deadline)
+                except APIError as e:
+                    if e.status not in (404, 405):
+                        log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
+                        return
+                    log.info("worker %s: the server has no batch ack (%s); acking each run", self.name, e)
+                    self._batch_acks = False
+                    break
+                except (OSError, ValueError) as e:
                     log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
                     return
-                log.info("worker %s: the server has no batch ack (%s); acking each run", self.name, e)
-                self._batch_acks = False
-            except (OSError, ValueError) as e:
-                log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
-                return
-            else:
-                for (j, _), r in zip(batch, results):
+                again = []
+                for (j, value), r in zip(batch, results):
                     status = r.get("status")
                     if status == 409:
                         log.info("worker %s: %s was redelivered meanwhile; report dropped", self.name, j.run)
                     elif status in (400, 413):
                         self._refused_ack(j, (r.get("error") or {}).get("message", ""))
+                    elif status in RETRY_STATUSES and time.monotonic() + delay <= deadline:
+                        again.append((j, value))  # Redis failed for its shard: still held
                     elif status != 200:
-                        log.warning("worker %s: ack %s: %s %s", self.name, j.run, status, r.get("error"))
+                        log.warning("worker %s: ack %s: %s %s (left to its deadline)", self.name, j.run, status,
+                                    r.get("error"))
+                batch = again
+                if batch:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+            else:
                 return
         for j, value in batch:
             self._report_one(j, "ack", value)
