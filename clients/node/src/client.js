@@ -16,6 +16,16 @@ export class APIError extends Error {
 
 const DURATIONS = new Set(['timeout', 'visibility', 'misfire_after']);
 
+/**
+ * The bytes of v when it is binary (a Buffer or another typed array, a DataView, an
+ * ArrayBuffer or a SharedArrayBuffer: their bytes as they are in memory), else null.
+ */
+export function binary(v) {
+  if (ArrayBuffer.isView(v)) return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  if (v instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && v instanceof SharedArrayBuffer)) return Buffer.from(v);
+  return null;
+}
+
 export class Client {
   /**
    * @param {string} baseUrl e.g. http://127.0.0.1:8080
@@ -120,10 +130,14 @@ export class Client {
     return Object.fromEntries(reply.runs.map((r) => [r.run, r.state]));
   }
 
-  /** Report success; result is any JSON value, or a Buffer/Uint8Array (kept as bytes). */
+  /**
+   * Report success; result is any JSON value, or bytes (a Buffer or another typed array,
+   * a DataView or an ArrayBuffer: kept as bytes).
+   */
   async ack(run, token, result) {
     const body = { token };
-    if (result instanceof Uint8Array) body.result_base64 = Buffer.from(result).toString('base64');
+    const bytes = binary(result);
+    if (bytes) body.result_base64 = bytes.toString('base64');
     else if (result !== undefined && result !== null) body.result = result;
     return (await this.#do('POST', Client.#runPath(run, 'ack'), body)).body;
   }
@@ -131,14 +145,15 @@ export class Client {
   /**
    * Report that several runs succeeded in one call (POST /v1/runs:ack, at most 1000 runs;
    * one Redis call per shard instead of one per run). runs: {run, token, result} objects,
-   * result any JSON value or a Buffer/Uint8Array (kept as bytes), or absent. Resolves to
+   * result any JSON value or bytes (as ack's: kept as bytes), or absent. Resolves to
    * the results in order: {run, status} with outcome when status is 200, else error: 409
    * (token_mismatch: redelivered meanwhile, drop it), 404, 400 or 413 for that run.
    */
   async ackMany(runs) {
     const items = runs.map(({ run, token, result }) => {
       const item = { run, token };
-      if (result instanceof Uint8Array) item.result_base64 = Buffer.from(result).toString('base64');
+      const bytes = binary(result);
+      if (bytes) item.result_base64 = bytes.toString('base64');
       else if (result !== undefined && result !== null) item.result = result;
       return item;
     });

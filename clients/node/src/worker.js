@@ -3,7 +3,7 @@
 // together go in one call); stop gracefully on SIGTERM or SIGINT.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { APIError } from './client.js';
+import { APIError, binary } from './client.js';
 import { parseDuration } from './duration.js';
 
 /** Throw from a handler to fail the attempt and retry after delay seconds (not the backoff). */
@@ -135,8 +135,8 @@ function defaultName() {
  * new Worker(client, queues, {handlers: {type: async fn(job)}, concurrency, workerName,
  * wait, grace, types, logger, batchAcks}).
  *
- * A handler resolves to the result (any JSON value, or a Buffer) that the ack keeps with
- * the run. Throwing RetryAfter, Snooze or Cancel reports accordingly; any other error
+ * A handler resolves to the result (any JSON value, or bytes: a Buffer, another typed
+ * array, a DataView or an ArrayBuffer) that the ack keeps with the run. Throwing RetryAfter, Snooze or Cancel reports accordingly; any other error
  * fails the attempt (retried by the job's policy).
  *
  * wait: the claim's long poll in seconds (at most 60); a stop is noticed when the current
@@ -262,7 +262,7 @@ export class Worker {
         value = `no handler for type ${JSON.stringify(job.type)}`;
       } else {
         value = await fn(job);
-        if (!(value instanceof Uint8Array)) {
+        if (binary(value) === null) {
           try {
             JSON.stringify(value);
           } catch (e) {

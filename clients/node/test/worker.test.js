@@ -293,6 +293,25 @@ test('reports refused for Redis are sent again', async () => {
   }
 });
 
+test('binary results of every kind are kept as bytes', async () => {
+  // An ArrayBuffer (what fetch's arrayBuffer() gives) or a DataView was not taken for
+  // bytes: JSON.stringify made it {}, and the run succeeded with {} for its result.
+  const ids = { ab: fake.add('ab', 'ab'), dv: fake.add('dv', 'dv'), u16: fake.add('u16', 'u16') };
+  start({
+    ab: () => new Uint8Array([0, 1, 255]).buffer,
+    dv: () => new DataView(new Uint8Array([9, 0, 1, 255, 9]).buffer, 1, 3),
+    u16: () => new Uint16Array([0x0100]),
+  }, { concurrency: 3 });
+  await fake.waitFor(() => Object.keys(fake.reports()).length === 3);
+  for (const id of ['ab', 'dv']) assert.deepEqual(fake.reports()[`${ids[id]}:ack`], { token: `1-${id}`, result_base64: 'AAH/' }, id);
+  assert.deepEqual(fake.reports()[`${ids.u16}:ack`], { token: '1-u16', result_base64: 'AAE=' });
+  const c = new Client(fake.url, TOKEN);
+  await c.ackMany([{ run: 'x:1', token: 't1', result: new Uint8Array([0]).buffer }]);
+  assert.deepEqual(fake.batchCalls().at(-1), { runs: [{ run: 'x:1', token: 't1', result_base64: 'AA==' }] });
+  await c.ack('x:2', 't2', new Uint8Array([0]).buffer);
+  assert.deepEqual(fake.reports()['x:2:ack'], { token: 't2', result_base64: 'AA==' });
+});
+
 test('single acks', async () => {
   const run = fake.add('s1', 'echo');
   start({ echo: () => undefined }, { batchAcks: false });

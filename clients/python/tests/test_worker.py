@@ -51,10 +51,12 @@ class WorkerTest(unittest.TestCase):
             "f": self.fake.add("f", "unknown"),
             "g": self.fake.add("g", "bytes"),
             "h": self.fake.add("h", "odd"),
+            "i": self.fake.add("i", "view"),
         }
         self.start({"echo": lambda j: {"echo": j.payload, "attempt": j.attempt}, "boom": boom, "later": later,
-                    "snooze": snooze, "cancel": cancel, "bytes": lambda j: b"\x00\x01", "odd": lambda j: object()}, concurrency=3)
-        self.fake.wait_for(lambda: len(self.fake.reports()) == 8)
+                    "snooze": snooze, "cancel": cancel, "bytes": lambda j: b"\x00\x01", "odd": lambda j: object(),
+                    "view": lambda j: memoryview(b"\xff\x00\x01")[1:]}, concurrency=3)
+        self.fake.wait_for(lambda: len(self.fake.reports()) == 9)
         rep = self.fake.reports()
         self.assertEqual(rep[ids["a"] + ":ack"], {"token": "1-a", "result": {"echo": {"x": 1}, "attempt": 1}})
         self.assertEqual(rep[ids["b"] + ":fail"], {"token": "1-b", "error": "ValueError: bad input"})
@@ -63,11 +65,13 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(rep[ids["e"] + ":cancel"], {"token": "1-e", "error": "address bounced"})
         self.assertIn("no handler", rep[ids["f"] + ":fail"]["error"])
         self.assertEqual(rep[ids["g"] + ":ack"], {"token": "1-g", "result_base64": "AAE="})
+        # A memoryview (of a buffer, a numpy array's data) was no JSON: the run failed.
+        self.assertEqual(rep[ids["i"] + ":ack"], {"token": "1-i", "result_base64": "AAE="})
         self.assertIn("not JSON", rep[ids["h"] + ":fail"]["error"])
         claims = [b for p, b in self.fake.calls if p == "/v1/runs:claim"]
         self.assertEqual(claims[0]["worker"], "py-test")
         self.assertEqual(claims[0]["wait"], "200ms")
-        self.assertEqual(claims[0]["types"], sorted(["echo", "boom", "later", "snooze", "cancel", "bytes", "odd"]))
+        self.assertEqual(claims[0]["types"], sorted(["echo", "boom", "later", "snooze", "cancel", "bytes", "odd", "view"]))
         self.assertTrue(all(1 <= c["max"] <= 3 for c in claims))
 
     def test_heartbeat_and_cancel(self):

@@ -134,8 +134,8 @@ def _default_name():
 class Worker:
     """Worker(client, queues, handlers={type: fn}, concurrency=4, worker_name=None).
 
-    A handler is fn(job) -> result: the result (any JSON value, or bytes) is kept with the
-    run by the ack. Raising RetryAfter, Snooze or Cancel reports accordingly; any other
+    A handler is fn(job) -> result: the result (any JSON value, or bytes, bytearray or
+    memoryview) is kept with the run by the ack. Raising RetryAfter, Snooze or Cancel reports accordingly; any other
     exception fails the attempt (retried by the job's policy).
 
     wait: the claim's long poll in seconds (at most 60); a stop is noticed when the
@@ -261,7 +261,7 @@ class Worker:
                 kind, value = "fail", "no handler for type %r" % j.type
             else:
                 value = fn(j)
-                if not isinstance(value, (bytes, bytearray)):
+                if not isinstance(value, (bytes, bytearray, memoryview)):
                     try:
                         # NaN and the infinities are no JSON: the server would refuse the
                         # whole batch ack they went in.
@@ -324,7 +324,7 @@ class Worker:
     def _report_one(self, j, kind, value):
         def call():
             if kind == "ack":
-                if isinstance(value, (bytes, bytearray)):
+                if isinstance(value, (bytes, bytearray, memoryview)):
                     self.client.ack(j.run, j.token, result_bytes=bytes(value))
                 else:
                     self.client.ack(j.run, j.token, value)
@@ -383,7 +383,7 @@ class Worker:
                 runs = []
                 for j, value in batch:
                     r = {"run": j.run, "token": j.token}
-                    if isinstance(value, (bytes, bytearray)):
+                    if isinstance(value, (bytes, bytearray, memoryview)):
                         r["result_bytes"] = bytes(value)
                     elif value is not None:
                         r["result"] = value
