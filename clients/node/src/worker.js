@@ -79,6 +79,20 @@ export class Job {
   }
 }
 
+// setTimeout's longest delay (2^31-1 ms, 24.8 days): a longer one fires after 1 ms.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+// timer calls fn after ms, however long (a longer delay than setTimeout takes is waited
+// in steps); the function it returns cancels it.
+function timer(fn, ms) {
+  let t;
+  const step = (left) => {
+    t = left > MAX_TIMER_MS ? setTimeout(() => step(left - MAX_TIMER_MS), MAX_TIMER_MS) : setTimeout(fn, left);
+  };
+  step(ms);
+  return () => clearTimeout(t);
+}
+
 /** The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit. */
 export const MAX_ACK_BATCH = 1000;
 
@@ -200,9 +214,9 @@ export class Worker {
       await this.#claimLoop();
       const all = Promise.all([...this.inflight.values()].map((f) => f.done));
       const graceOver = new AbortController();
-      const t = setTimeout(() => graceOver.abort(), this.grace * 1000);
+      const cancelGrace = timer(() => graceOver.abort(), this.grace * 1000);
       await Promise.race([all, new Promise((r) => graceOver.signal.addEventListener('abort', r, { once: true }))]);
-      clearTimeout(t);
+      cancelGrace();
       for (const { job } of this.inflight.values()) {
         this.log.warn?.(`worker ${this.name}: ${job.run} still running after the grace period; left to its deadline`);
         job.state = 'abandoned';
@@ -254,8 +268,8 @@ export class Worker {
     let kind = 'ack';
     let value;
     const fn = this.handlers[job.type];
-    let timer;
-    if (job.timeout > 0) timer = setTimeout(() => this.#timedOut(job), job.timeout * 1000);
+    let cancelTimer = () => {};
+    if (job.timeout > 0) cancelTimer = timer(() => this.#timedOut(job), job.timeout * 1000);
     try {
       if (!fn) {
         kind = 'fail';
@@ -276,7 +290,7 @@ export class Worker {
       else if (e instanceof Cancel) [kind, value] = ['cancel', e.message];
       else [kind, value] = ['fail', `${e?.name ?? 'Error'}: ${e?.message ?? e}`];
     } finally {
-      clearTimeout(timer);
+      cancelTimer();
     }
     await this.#report(job, kind, value);
   }

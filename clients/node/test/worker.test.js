@@ -184,6 +184,17 @@ test('a handler past its timeout fails the run', async () => {
   assert.match(fake.reports()[`${run}:fail`].error, /timeout/);
 });
 
+test('a timeout longer than 24.8 days is not taken for 1 ms', async () => {
+  // setTimeout takes at most 2^31-1 ms and fires after 1 ms past it: a job whose timeout
+  // was 720h had its handler aborted and its run failed at once ("timeout").
+  const run = fake.add('long', 'slow', undefined, { timeout: '720h0m0s' });
+  let aborted = false;
+  start({ slow: async (j) => { await new Promise((r) => setTimeout(r, 300)); aborted = j.signal.aborted; return 1; } });
+  await fake.waitFor(() => Object.keys(fake.reports()).length > 0);
+  assert.deepEqual(fake.reports(), { [`${run}:ack`]: { token: '1-long', result: 1 } });
+  assert.equal(aborted, false);
+});
+
 test('stop lets running handlers finish', async () => {
   let started;
   const isStarted = new Promise((r) => (started = r));
