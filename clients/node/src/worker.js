@@ -96,13 +96,20 @@ function timer(fn, ms) {
 /** The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit. */
 export const MAX_ACK_BATCH = 1000;
 
+// sleep resolves after ms, or as soon as signal aborts. Its listener goes with it: the
+// signals it is given live as long as the worker.
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
+    if (signal?.aborted) return resolve();
+    const onAbort = () => {
       clearTimeout(t);
       resolve();
-    }, { once: true });
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
   });
 
 /**

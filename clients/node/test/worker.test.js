@@ -167,6 +167,28 @@ test('heartbeats, then a cancelled job ends cancelled', async () => {
   await fake.waitFor(() => `${run}:cancel` in fake.reports());
 });
 
+test('sleeps leave no listener behind', async () => {
+  // Each heartbeat period's sleep (and each claim's backoff) added an abort listener to a
+  // signal that lives as long as the worker and never removed it: a worker heartbeating
+  // every 10 s gathered 8,640 a day, every 333 ms 260,000 (MaxListenersExceededWarning).
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w);
+  process.on('warning', onWarning);
+  try {
+    const run = fake.add('long', 'slow', undefined, { visibility: '150ms' });
+    fake.unavailable = 0;
+    const { w, stop } = start({ slow: async () => { await new Promise((r) => setTimeout(r, 2000)); return 1; } });
+    await fake.waitFor(() => `${run}:ack` in fake.reports());
+    assert.ok(fake.calls.filter(([p]) => p === '/v1/runs:heartbeat').length >= 12);
+    await fake.waitFor(() => w.inflight.size === 0);
+    await stop();
+    await new Promise((r) => setImmediate(r));
+  } finally {
+    process.off('warning', onWarning);
+  }
+  assert.deepEqual(warnings.filter((w) => w.name === 'MaxListenersExceededWarning').map(String), []);
+});
+
 test('a lost run is not reported', async () => {
   const run = fake.add('lost', 'slow', undefined, { visibility: '300ms' });
   fake.hb[run] = 'lost';
