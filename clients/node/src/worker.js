@@ -93,8 +93,14 @@ function timer(fn, ms) {
   return () => clearTimeout(t);
 }
 
-/** The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit. */
+/**
+ * The most runs one batch ack (POST /v1/runs:ack) carries, one claim asks for and one
+ * heartbeat extends: the server's limits. A worker with more runs at once (concurrency)
+ * claims and heartbeats them in several calls.
+ */
 export const MAX_ACK_BATCH = 1000;
+export const MAX_CLAIM = 1000;
+export const MAX_HEARTBEAT = 1000;
 
 // sleep resolves after ms, or as soon as signal aborts. Its listener goes with it: the
 // signals it is given live as long as the worker.
@@ -250,7 +256,7 @@ export class Worker {
       if (this.stopping.signal.aborted) return;
       let runs;
       try {
-        runs = await this.client.claim(this.queues, this.name, { max: this.concurrency - this.inflight.size, wait: this.wait, types });
+        runs = await this.client.claim(this.queues, this.name, { max: Math.min(this.concurrency - this.inflight.size, MAX_CLAIM), wait: this.wait, types });
         backoff = 100;
       } catch (e) {
         this.log.warn?.(`worker ${this.name}: claim: ${e.message}`);
@@ -417,6 +423,23 @@ export class Worker {
     await this.#reportOne(job, 'fail', `the handler's result was refused: ${message}`);
   }
 
+  async #heartbeat(jobs) {
+    let states;
+    try {
+      states = await this.client.heartbeat(jobs, this.name);
+    } catch (e) {
+      this.log.warn?.(`worker ${this.name}: heartbeat: ${e.message}`);
+      return;
+    }
+    for (const j of jobs) {
+      const st = states[j.run];
+      if ((st === 'cancelled' || st === 'lost') && j.state === 'running') {
+        j.state = st;
+        j.controller.abort(new Error(`run ${st}`));
+      }
+    }
+  }
+
   async #heartbeatLoop(done) {
     while (!done.aborted) {
       const held = () => [...this.inflight.values()].map((e) => e.job).filter((j) => j.state === 'running');
@@ -425,21 +448,7 @@ export class Worker {
       await sleep(period * 1000, done);
       if (done.aborted) return;
       const jobs = held();
-      if (jobs.length === 0) continue;
-      let states;
-      try {
-        states = await this.client.heartbeat(jobs, this.name);
-      } catch (e) {
-        this.log.warn?.(`worker ${this.name}: heartbeat: ${e.message}`);
-        continue;
-      }
-      for (const j of jobs) {
-        const st = states[j.run];
-        if ((st === 'cancelled' || st === 'lost') && j.state === 'running') {
-          j.state = st;
-          j.controller.abort(new Error(`run ${st}`));
-        }
-      }
+      for (let i = 0; i < jobs.length; i += MAX_HEARTBEAT) await this.#heartbeat(jobs.slice(i, i + MAX_HEARTBEAT));
     }
   }
 }

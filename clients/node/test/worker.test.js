@@ -30,6 +30,13 @@ async function fakeTock() {
       };
       if (req.headers.authorization !== `Bearer ${TOKEN}`) return reply(401, { error: { code: 'unauthenticated', message: 'no' } });
       const body = JSON.parse(data || 'null');
+      // The server's limits: at most 1000 runs a claim and a heartbeat.
+      if (req.url === '/v1/runs:claim' && !(body.max >= 1 && body.max <= 1000)) {
+        return reply(400, { error: { code: 'invalid_argument', field: 'max', message: `must be 1 to 1000, got ${body.max}` } });
+      }
+      if (req.url === '/v1/runs:heartbeat' && body.runs.length > 1000) {
+        return reply(400, { error: { code: 'invalid_argument', field: 'runs', message: 'more than 1000 runs' } });
+      }
       if (f.unavailable > 0 && req.url !== '/v1/runs:claim' && req.url !== '/v1/runs:heartbeat') {
         f.unavailable--;
         return reply(f.unavailableStatus, { error: { code: 'unavailable', message: 'restarting' } });
@@ -343,6 +350,25 @@ test('binary results of every kind are kept as bytes', async () => {
   assert.deepEqual(fake.batchCalls().at(-1), { runs: [{ run: 'x:1', token: 't1', result_base64: 'AA==' }] });
   await c.ack('x:2', 't2', new Uint8Array([0]).buffer);
   assert.deepEqual(fake.reports()['x:2:ack'], { token: 't2', result_base64: 'AA==' });
+});
+
+test('more than a thousand runs at once', async () => {
+  // The server takes at most 1000 runs in a claim (max) and in a heartbeat: a worker with
+  // a concurrency over 1000 had every claim refused (400) and ran nothing, and one holding
+  // over 1000 runs had every heartbeat refused: all lost at their deadline.
+  const n = 1001;
+  let release;
+  const released = new Promise((r) => (release = r));
+  const ids = new Set(Array.from({ length: n }, (_, i) => fake.add(`m${i}`, 'slow', undefined, { visibility: '900ms' })));
+  const { w } = start({ slow: async () => { await released; return 1; } }, { concurrency: n + 10 });
+  await fake.waitFor(() => w.inflight.size === n, 20000);
+  const beat = new Set();
+  await fake.waitFor(() => {
+    for (const [p, b] of fake.calls) if (p === '/v1/runs:heartbeat') for (const r of b.runs) beat.add(r.run);
+    return beat.size === n;
+  });
+  release();
+  await fake.waitFor(() => [...ids].every((id) => `${id}:ack` in fake.reports()), 20000);
 });
 
 test('single acks', async () => {

@@ -39,6 +39,13 @@ class FakeTock:
                     if fake.unavailable > 0 and self.path not in ("/v1/runs:claim", "/v1/runs:heartbeat"):
                         fake.unavailable -= 1
                         return self.reply(fake.unavailable_status, {"error": {"code": "unavailable", "message": "restarting"}})
+                    # The server's limits: at most 1000 runs a claim and a heartbeat.
+                    if self.path == "/v1/runs:claim" and not 1 <= body.get("max", 1) <= 1000:
+                        return self.reply(400, {"error": {"code": "invalid_argument", "field": "max",
+                                                          "message": "must be 1 to 1000, got %s" % body["max"]}})
+                    if self.path == "/v1/runs:heartbeat" and len(body["runs"]) > 1000:
+                        return self.reply(400, {"error": {"code": "invalid_argument", "field": "runs",
+                                                          "message": "more than 1000 runs"}})
                     if fake.cut.get(self.path, 0) > 0:
                         fake.cut[self.path] -= 1
                         self.send_response(200)

@@ -243,6 +243,25 @@ class WorkerTest(unittest.TestCase):
             self.fake.wait_for(lambda: w.inflight == 0)
             stop()
 
+    def test_more_than_a_thousand_runs_at_once(self):
+        # The server takes at most 1000 runs in a claim (max) and in a heartbeat: a worker
+        # with a concurrency over 1000 had every claim refused (400) and ran nothing, and
+        # one holding over 1000 runs had every heartbeat refused: all lost at their deadline.
+        n = 1001
+        release = threading.Event()
+        ids = {self.fake.add("m%d" % i, "slow", visibility="900ms") for i in range(n)}
+        w, _ = self.start({"slow": lambda j: release.wait(30) and 1}, concurrency=n + 10)
+        self.fake.wait_for(lambda: w.inflight == n, timeout=20)
+        beat = set()
+
+        def all_heartbeated():
+            beat.update(r["run"] for p, b in self.fake.calls if p == "/v1/runs:heartbeat" for r in b["runs"])
+            return beat == ids
+
+        self.fake.wait_for(all_heartbeated, timeout=10)
+        release.set()
+        self.fake.wait_for(lambda: all(i + ":ack" in self.fake.reports() for i in ids), timeout=20)
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

@@ -17,8 +17,12 @@ from .client import APIError
 
 log = logging.getLogger("tock.worker")
 
-# The most runs one batch ack (POST /v1/runs:ack) carries: the server's limit.
+# The most runs one batch ack (POST /v1/runs:ack) carries, one claim asks for and one
+# heartbeat extends: the server's limits. A worker with more runs at once (concurrency)
+# claims and heartbeats them in several calls.
 MAX_ACK_BATCH = 1000
+MAX_CLAIM = 1000
+MAX_HEARTBEAT = 1000
 
 # How long a report (ack, fail, snooze, cancel) is tried again after a network error or
 # a 500, 502, 503 or 504 (a server restarting, out of memory for request bodies, or whose
@@ -228,7 +232,7 @@ class Worker:
             with self._lock:
                 while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
                     self._lock.wait(1.0)
-                free = self.concurrency - len(self._inflight)
+                free = min(self.concurrency - len(self._inflight), MAX_CLAIM)
             if self._stopping.is_set():
                 return
             try:
@@ -435,15 +439,19 @@ class Worker:
                 held = [j for j in self._inflight.values() if j.state == "running"]
             if not held:
                 continue
-            try:
-                states = self.client.heartbeat([(j.run, j.token) for j in held], self.name)
-            except Exception as e:  # noqa: BLE001 - the thread must go on, or every run held is lost
-                log.warning("worker %s: heartbeat: %s", self.name, e)
-                continue
-            for j in held:
-                st = states.get(j.run)
-                if st in ("cancelled", "lost"):
-                    with self._lock:
-                        if j.state == "running":
-                            j.state = st
-                    j.stop.set()
+            for i in range(0, len(held), MAX_HEARTBEAT):
+                self._heartbeat(held[i:i + MAX_HEARTBEAT])
+
+    def _heartbeat(self, held):
+        try:
+            states = self.client.heartbeat([(j.run, j.token) for j in held], self.name)
+        except Exception as e:  # noqa: BLE001 - the thread must go on, or every run held is lost
+            log.warning("worker %s: heartbeat: %s", self.name, e)
+            return
+        for j in held:
+            st = states.get(j.run)
+            if st in ("cancelled", "lost"):
+                with self._lock:
+                    if j.state == "running":
+                        j.state = st
+                j.stop.set()
