@@ -99,6 +99,9 @@ function timer(fn, ms) {
  * claims and heartbeats them in several calls.
  */
 export const MAX_ACK_BATCH = 1000;
+
+// The states of runs that are heartbeated.
+const HELD = new Set(['running', 'reported', 'cancelled']);
 export const MAX_CLAIM = 1000;
 export const MAX_HEARTBEAT = 1000;
 
@@ -442,7 +445,9 @@ export class Worker {
 
   async #heartbeatLoop(done) {
     while (!done.aborted) {
-      const held = () => [...this.inflight.values()].map((e) => e.job).filter((j) => j.state === 'running');
+      // Runs still held: running, ended but not reported yet (queued for an ack call, or
+      // being tried again), or cancelled (until reported).
+      const held = () => [...this.inflight.values()].map((e) => e.job).filter((j) => HELD.has(j.state));
       const vis = held().map((j) => j.visibility);
       const period = Math.min(Math.max((vis.length ? Math.min(...vis) : 3) / 3, 0.05), 10);
       await sleep(period * 1000, done);

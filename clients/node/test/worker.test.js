@@ -371,6 +371,24 @@ test('more than a thousand runs at once', async () => {
   await fake.waitFor(() => [...ids].every((id) => `${id}:ack` in fake.reports()), 20000);
 });
 
+test('runs are heartbeated until reported', async () => {
+  // A run whose report waited (queued behind an ack call, or tried again while the server
+  // was unavailable) was no longer heartbeated: one of a short visibility was lost at its
+  // deadline meanwhile and run again. The Go worker heartbeats a run until its report is
+  // sent.
+  for (const batchAcks of [true, false]) {
+    const run = fake.add(`hb-${batchAcks}`, 'echo', undefined, { visibility: '300ms' });
+    fake.unavailable = 6; // about 1.5 s
+    fake.unavailableStatus = 503;
+    const { w, stop } = start({ echo: () => 1 }, { batchAcks });
+    await fake.waitFor(() => `${run}:ack` in fake.reports());
+    const beats = fake.calls.filter(([p]) => p === '/v1/runs:heartbeat').flatMap(([, b]) => b.runs).filter((r) => r.run === run).length;
+    assert.ok(beats >= 4, `${beats} heartbeats while the ack was tried again`);
+    await fake.waitFor(() => w.inflight.size === 0);
+    await stop();
+  }
+});
+
 test('single acks', async () => {
   const run = fake.add('s1', 'echo');
   start({ echo: () => undefined }, { batchAcks: false });

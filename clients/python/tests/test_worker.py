@@ -262,6 +262,22 @@ class WorkerTest(unittest.TestCase):
         release.set()
         self.fake.wait_for(lambda: all(i + ":ack" in self.fake.reports() for i in ids), timeout=20)
 
+    def test_runs_are_heartbeated_until_reported(self):
+        # A run whose report waited (queued behind an ack call, or tried again while the
+        # server was unavailable) was no longer heartbeated: one of a short visibility was
+        # lost at its deadline meanwhile and run again. The Go worker heartbeats a run
+        # until its report is sent.
+        for batch in (True, False):
+            run = self.fake.add("hb-%s" % batch, "echo", visibility="300ms")
+            with self.fake.lock:
+                self.fake.unavailable, self.fake.unavailable_status = 6, 503  # about 1.5 s
+            w, stop = self.start({"echo": lambda j: 1}, batch_acks=batch)
+            self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
+            beats = sum(r["run"] == run for p, b in self.fake.calls if p == "/v1/runs:heartbeat" for r in b["runs"])
+            self.assertGreaterEqual(beats, 4, "heartbeats while the ack was tried again")
+            self.fake.wait_for(lambda: w.inflight == 0)
+            stop()
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

@@ -427,16 +427,20 @@ class Worker:
 
     # -- heartbeats --------------------------------------------------------------------
 
+    # The states of runs still held, and so heartbeated: running, ended but not reported
+    # yet (queued for the ack thread, or being tried again), or cancelled (until reported).
+    _HELD = ("running", "reported", "cancelled")
+
     def _heartbeat_loop(self):
         while not self._done.is_set():
             with self._lock:
-                held = [j for j in self._inflight.values() if j.state == "running"]
+                held = [j for j in self._inflight.values() if j.state in self._HELD]
             period = min([j.visibility for j in held] or [3.0]) / 3.0
             period = min(max(period, 0.05), 10.0)
             if self._done.wait(period):
                 return
             with self._lock:
-                held = [j for j in self._inflight.values() if j.state == "running"]
+                held = [j for j in self._inflight.values() if j.state in self._HELD]
             if not held:
                 continue
             for i in range(0, len(held), MAX_HEARTBEAT):
