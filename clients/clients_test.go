@@ -395,6 +395,30 @@ func TestClients(t *testing.T) {
 			require.Equal(t, 1, runs[1].Attempt)
 			rescuer.stop(t, 10*time.Second)
 		})
+		t.Run("a stopped python worker hands back its run", func(t *testing.T) {
+			// Still running when its grace period ends, the run is handed back (a snooze
+			// of 0s), not left to its deadline to be taken for lost: the next worker runs
+			// it as attempt 1.
+			t.Parallel()
+			out := &syncBuffer{}
+			cmd := e.pythonCmd(workerToken, "work", "q-handback", "py-doomed-stopped", "0.3")
+			cmd.Stdout = out
+			stopped := start(t, "stopped python worker", cmd)
+			id := strings.TrimSpace(output(t, e.pythonCmd(writeToken, "create-slow", "q-handback", "handback-1", "60")))
+			require.Equal(t, "handback-1", id)
+			waitFor(t, 15*time.Second, "the handler started", func() (bool, string) {
+				return strings.Contains(out.String(), "start handback-1:"), out.String()
+			})
+			stopped.stop(t, 10*time.Second)
+			rescuer := start(t, "python worker", e.pythonCmd(workerToken, "work", "q-handback", "py-rescuer-2"))
+			run, runs := succeeded(t, api, id, 20*time.Second)
+			require.Equal(t, "py-rescuer-2", run.Worker)
+			require.Equal(t, 1, run.Attempt, "%+v", runs)
+			require.Len(t, runs, 2, "%+v", runs)
+			require.Equal(t, "snoozed", runs[1].Outcome, "%+v", runs)
+			require.Equal(t, "py-doomed-stopped", runs[1].Worker)
+			rescuer.stop(t, 10*time.Second)
+		})
 	})
 
 	t.Run("signatures", func(t *testing.T) {

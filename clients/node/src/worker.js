@@ -171,7 +171,8 @@ function defaultName() {
  *
  * wait: the claim's long poll in seconds (at most 60); a stop is noticed when the current
  * claim returns. grace: how long a stop lets running handlers finish; runs still running
- * after it are left to their visibility deadline (the protocol has no hand-back).
+ * after it are handed back (snoozed for 0s: ready again at once, no attempt used), as the
+ * Go worker does, and their signals aborted.
  *
  * Successes are acked in batches (POST /v1/runs:ack): the acks waiting when a call can go
  * are sent in one, so runs that finish while a call is in flight go together in the next;
@@ -233,11 +234,7 @@ export class Worker {
       const cancelGrace = timer(() => graceOver.abort(), this.grace * 1000);
       await Promise.race([all, new Promise((r) => graceOver.signal.addEventListener('abort', r, { once: true }))]);
       cancelGrace();
-      for (const { job } of this.inflight.values()) {
-        this.log.warn?.(`worker ${this.name}: ${job.run} still running after the grace period; left to its deadline`);
-        job.state = 'abandoned';
-        job.controller.abort(new Error('worker stopped'));
-      }
+      await this.#handBack([...this.inflight.values()].map((e) => e.job));
     } finally {
       done.abort();
       await hb;
@@ -247,6 +244,28 @@ export class Worker {
       }
     }
     this.log.info?.(`worker ${this.name}: stopped`);
+  }
+
+  // Hands back the runs still running after the grace period, as the Go worker does at
+  // shutdown: a snooze of 0s makes each ready again at once without using an attempt
+  // (left to its deadline, it would be taken for lost and use one). Their handlers' signals
+  // are aborted; what they resolve to later is not reported. A cancelled run is reported
+  // cancelled.
+  async #handBack(jobs) {
+    const deadline = Date.now() + REPORT_RETRY_MS;
+    await Promise.all(jobs.map(async (job) => {
+      const state = job.state;
+      if (state !== 'running' && state !== 'cancelled') return; // reported, being reported, lost, timed out
+      job.state = 'abandoned';
+      job.controller.abort(new Error('worker stopped'));
+      const snooze = state === 'running';
+      this.log.warn?.(`worker ${this.name}: ${job.run} still running after the grace period; ${snooze ? 'handed back' : 'reported cancelled'}`);
+      try {
+        await retrying(() => (snooze ? this.client.snooze(job.run, job.token, 0) : this.client.cancel(job.run, job.token, 'job cancelled')), deadline);
+      } catch (e) {
+        if (!(e instanceof APIError && e.status === 409)) this.log.warn?.(`worker ${this.name}: hand back ${job.run}: ${e.message} (left to its deadline)`);
+      }
+    }));
   }
 
   async #claimLoop() {
@@ -326,7 +345,8 @@ export class Worker {
     const state = job.state;
     if (state === 'running') job.state = 'reported';
     if (state === 'running' && kind === 'ack' && this.batchAcks) return this.#queueAck(job, value);
-    if (state === 'lost' || state === 'timeout') return; // lost: another worker has it
+    // lost: another worker has it; timeout: reported already; abandoned: handed back
+    if (state === 'lost' || state === 'timeout' || state === 'abandoned') return;
     if (state === 'cancelled') [kind, value] = ['cancel', 'job cancelled'];
     await this.#reportOne(job, kind, value);
   }

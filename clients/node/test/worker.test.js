@@ -235,6 +235,25 @@ test('stop lets running handlers finish', async () => {
   assert.deepEqual(fake.reports()[`${run}:ack`], { token: '1-s', result: 1 });
 });
 
+test('stop hands back runs still running after the grace period', async () => {
+  // A run still running after the grace period was left to its visibility deadline: taken
+  // for lost then, with an attempt used (a job of one attempt dead at every deploy). The
+  // Go worker hands such a run back, ready at once with no attempt used; the protocol's
+  // snooze of 0s does that.
+  let started;
+  const isStarted = new Promise((r) => (started = r));
+  let release;
+  const released = new Promise((r) => (release = r));
+  const run = fake.add('stubborn', 'slow');
+  const { stop } = start({ slow: async () => { started(); await released; return 'late'; } }, { grace: 0.3 });
+  await isStarted;
+  await stop();
+  assert.deepEqual(fake.reports(), { [`${run}:snooze`]: { token: '1-stubborn', delay: '0s' } });
+  release(); // the handler returns after the hand-back: nothing more is reported
+  await new Promise((r) => setTimeout(r, 300));
+  assert.deepEqual(Object.keys(fake.reports()), [`${run}:snooze`]);
+});
+
 test('a 409 report is dropped', async () => {
   const run = fake.add('late', 'echo');
   fake.conflict.add(run);

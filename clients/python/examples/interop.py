@@ -2,15 +2,16 @@
 
     TOCK_API=http://127.0.0.1:8080 TOCK_TOKEN=... python3 interop.py create QUEUE PREFIX N [VISIBILITY]
     TOCK_API=... TOCK_TOKEN=... python3 interop.py create-slow QUEUE ID SECONDS
-    TOCK_API=... TOCK_TOKEN=... python3 interop.py work QUEUE NAME
+    TOCK_API=... TOCK_TOKEN=... python3 interop.py work QUEUE NAME [GRACE]
     python3 interop.py verify SECRET HEADER BODY [NOW]
 
 create prints the ids of the jobs it created (type "echo", payload {"n": i, "from": "python"}).
 work handles "echo" (result {"echo": payload, "by": "python"}, with "node", "parents"
 and "omitted", the sizes of the parents' results the claim left out, for a workflow
-node's run), "blob" (a string of payload["size"] x's) and "slow" (on its first
-attempt sleeps payload["seconds"], then answers as echo), printing "start <run>" as each handler starts,
-until SIGTERM. verify prints "ok" or the refusal's kind, and exits 0 or 1.
+node's run), "blob" (a string of payload["size"] x's) and "slow" (on a worker whose
+NAME holds "doomed", waits payload["seconds"] or until told to stop, then answers as
+echo), printing "start <run>" as each handler starts, until SIGTERM (GRACE: the grace
+period in seconds, 10 by default). verify prints "ok" or the refusal's kind, and exits 0 or 1.
 """
 
 import logging
@@ -46,6 +47,7 @@ def main(argv):
         return 0
     if cmd == "work":
         queue, name = argv[2], argv[3]
+        grace = float(argv[4]) if len(argv) > 4 else 10
 
         def echo(job):
             print("start", job.run, flush=True)
@@ -61,14 +63,14 @@ def main(argv):
 
         def slow(job):
             print("start", job.run, flush=True)
-            if job.attempt == 1:  # the redelivery test kills the worker meanwhile
+            if "doomed" in name:  # the redelivery tests kill or stop the worker meanwhile
                 job.stop.wait(job.payload["seconds"])
             return {"echo": job.payload, "by": "python", "attempt": job.attempt}
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         c = client()
         Worker(c, [queue], {"echo": echo, "slow": slow, "blob": blob}, concurrency=4, worker_name=name, wait=1,
-               grace=10).run()
+               grace=grace).run()
         return 0
     if cmd == "verify":
         secret, header, body = argv[2], argv[3], argv[4]

@@ -1,6 +1,7 @@
 import os
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -127,6 +128,27 @@ class WorkerTest(unittest.TestCase):
         threading.Timer(0.3, release.set).start()
         stop()
         self.assertEqual(self.fake.reports()[run + ":ack"], {"token": "1-s", "result": 1})
+
+    def test_stop_hands_back_runs_still_running_after_the_grace(self):
+        # A run still running after the grace period was left to its visibility deadline:
+        # taken for lost then, with an attempt used (a job of one attempt dead at every
+        # deploy). The Go worker hands such a run back, ready at once with no attempt
+        # used; the protocol's snooze of 0s does that.
+        started, release = threading.Event(), threading.Event()
+
+        def stubborn(j):
+            started.set()
+            release.wait(10)
+            return "late"
+
+        run = self.fake.add("stubborn", "slow")
+        w, stop = self.start({"slow": stubborn}, grace=0.3)
+        self.assertTrue(started.wait(10))
+        stop()
+        self.assertEqual(self.fake.reports(), {run + ":snooze": {"token": "1-stubborn", "delay": "0s"}})
+        release.set()  # the handler returns after the hand-back: nothing more is reported
+        time.sleep(0.3)
+        self.assertEqual(list(self.fake.reports()), [run + ":snooze"])
 
     def test_conflict_is_dropped(self):
         run = self.fake.add("late", "echo")

@@ -144,8 +144,8 @@ class Worker:
 
     wait: the claim's long poll in seconds (at most 60); a stop is noticed when the
     current claim returns, so keep it short. grace: how long a stop lets running
-    handlers finish; runs still running after it are left to their visibility deadline
-    (the protocol has no hand-back), and retried then.
+    handlers finish; runs still running after it are handed back (snoozed for 0s: ready
+    again at once, no attempt used), as the Go worker does, and their job.stop set.
 
     Successes are acked in batches (POST /v1/runs:ack): a thread sends the acks waiting
     at once in one call, so runs that finish while a call is in flight go together in
@@ -210,9 +210,7 @@ class Worker:
                 while self._inflight and time.monotonic() < deadline:
                     self._lock.wait(min(0.1, max(0.0, deadline - time.monotonic())))
                 left = list(self._inflight.values())
-            for j in left:
-                log.warning("worker %s: %s still running after the grace period; left to its deadline", self.name, j)
-                j.stop.set()
+            self._hand_back(left)
         finally:
             self._done.set()
             with self._lock:
@@ -222,6 +220,35 @@ class Worker:
             for sig, h in previous.items():
                 signal.signal(sig, h)
         log.info("worker %s: stopped", self.name)
+
+    def _hand_back(self, jobs):
+        """Hands back the runs still running after the grace period, as the Go worker
+        does at shutdown: a snooze of 0s makes each ready again at once without using an
+        attempt (left to its deadline, it would be taken for lost and use one). Their
+        handlers have job.stop set; what they return later is not reported. A cancelled
+        run is reported cancelled."""
+        deadline = time.monotonic() + REPORT_RETRY_FOR
+        for j in jobs:
+            with self._lock:
+                state = j.state
+                if state in ("running", "cancelled"):
+                    j.state = "abandoned"
+            j.stop.set()
+            if state not in ("running", "cancelled"):
+                continue  # reported, or being reported; lost; timed out (failed)
+            kind = "snooze" if state == "running" else "cancel"
+            log.warning("worker %s: %s still running after the grace period; %s", self.name, j,
+                        "handed back" if kind == "snooze" else "reported cancelled")
+            try:
+                if kind == "snooze":
+                    _retrying(lambda: self.client.snooze(j.run, j.token, 0), deadline=deadline)
+                else:
+                    _retrying(lambda: self.client.cancel(j.run, j.token, "job cancelled"), deadline=deadline)
+            except APIError as e:
+                if e.status != 409:
+                    log.warning("worker %s: hand back %s: %s (left to its deadline)", self.name, j.run, e)
+            except Exception as e:  # noqa: BLE001 - the others still go
+                log.warning("worker %s: hand back %s: %s (left to its deadline)", self.name, j.run, e)
 
     # -- the claim loop ----------------------------------------------------------------
 
