@@ -156,6 +156,20 @@ async function retrying(call, deadline = Date.now() + REPORT_RETRY_MS) {
   }
 }
 
+// describe returns the error message of what a handler threw: "Name: message", whatever
+// it is (a template literal throws on a Symbol and on an object without toString).
+function describe(e) {
+  try {
+    return `${e?.name ?? 'Error'}: ${e?.message ?? e}`;
+  } catch {
+    try {
+      return `Error: ${String(e)}`;
+    } catch {
+      return `Error: a thrown ${typeof e} that cannot be printed`;
+    }
+  }
+}
+
 function defaultName() {
   const host = hostname().replace(/[^A-Za-z0-9._~-]/g, '-').slice(0, 60) || 'worker';
   return `${host}-node-${process.pid}-${randomBytes(2).toString('hex')}`;
@@ -291,7 +305,8 @@ export class Worker {
         const job = new Job(r);
         const entry = { job, done: null };
         this.inflight.set(job.run, entry);
-        entry.done = this.#work(job).finally(() => {
+        // A rejection nothing handled would end the process, with every run it holds.
+        entry.done = this.#work(job).catch((e) => this.log.warn?.(`worker ${this.name}: ${job.run}: ${e?.message}`)).finally(() => {
           this.inflight.delete(job.run);
           this.#freed();
         });
@@ -323,7 +338,7 @@ export class Worker {
       if (e instanceof RetryAfter) [kind, value] = ['retry', e];
       else if (e instanceof Snooze) [kind, value] = ['snooze', e.delay];
       else if (e instanceof Cancel) [kind, value] = ['cancel', e.message];
-      else [kind, value] = ['fail', `${e?.name ?? 'Error'}: ${e?.message ?? e}`];
+      else [kind, value] = ['fail', describe(e)];
     } finally {
       cancelTimer();
     }

@@ -160,6 +160,23 @@ test('outcomes', async () => {
   assert.ok(claims.every((c) => c.max >= 1 && c.max <= 3));
 });
 
+test('anything thrown fails the run', async () => {
+  // A handler that threw a Symbol or an object with no toString made the error message's
+  // template literal throw: the run was never reported, and the rejection, which nothing
+  // handled, ended the process with every run it held.
+  const ids = { s: fake.add('s', 'sym'), o: fake.add('o', 'bare'), n: fake.add('n', 'null') };
+  const { w } = start({
+    sym: () => { throw Symbol('boom'); },
+    bare: () => { throw Object.create(null); },
+    null: () => { throw null; }, // eslint-disable-line no-throw-literal
+  }, { concurrency: 3 });
+  await fake.waitFor(() => Object.keys(fake.reports()).length === 3);
+  assert.deepEqual(fake.reports()[`${ids.s}:fail`], { token: '1-s', error: 'Error: Symbol(boom)' });
+  assert.match(fake.reports()[`${ids.o}:fail`].error, /^Error: /);
+  assert.deepEqual(fake.reports()[`${ids.n}:fail`], { token: '1-n', error: 'Error: null' });
+  await fake.waitFor(() => w.inflight.size === 0);
+});
+
 test('heartbeats, then a cancelled job ends cancelled', async () => {
   let release;
   const released = new Promise((r) => (release = r));

@@ -75,6 +75,27 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(claims[0]["types"], sorted(["echo", "boom", "later", "snooze", "cancel", "bytes", "odd", "view"]))
         self.assertTrue(all(1 <= c["max"] <= 3 for c in claims))
 
+    def test_any_exception_fails_the_run(self):
+        # A handler that raised SystemExit (sys.exit() in a library) or an exception whose
+        # str() raised ended its thread before the report: the run stayed in flight,
+        # heartbeated for ever (never redelivered), and its slot was lost.
+        class Unprintable(Exception):
+            def __str__(self):
+                raise RuntimeError("no str")
+
+        def leave(j):
+            raise SystemExit(3)
+
+        def odd(j):
+            raise Unprintable()
+
+        ids = {"x": self.fake.add("x", "exit"), "u": self.fake.add("u", "odd")}
+        w, _ = self.start({"exit": leave, "odd": odd}, concurrency=2)
+        self.fake.wait_for(lambda: len(self.fake.reports()) == 2)
+        self.assertEqual(self.fake.reports()[ids["x"] + ":fail"], {"token": "1-x", "error": "SystemExit: 3"})
+        self.assertIn("Unprintable", self.fake.reports()[ids["u"] + ":fail"]["error"])
+        self.fake.wait_for(lambda: w.inflight == 0)
+
     def test_heartbeat_and_cancel(self):
         release = threading.Event()
         seen = []

@@ -57,6 +57,18 @@ def _retrying(call, retry_for=None, deadline=None):
         delay = min(delay * 2, 1.0)
 
 
+def _describe(e):
+    """The error message of an exception: "Type: message", whatever its str() does."""
+    name = type(e).__name__
+    try:
+        return "%s: %s" % (name, e)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        try:
+            return "%s: %r" % (name, e)
+        except Exception:  # noqa: BLE001
+            return name
+
+
 class RetryAfter(Exception):
     """Raise from a handler to fail the attempt and retry after delay seconds (instead of
     the job's backoff)."""
@@ -305,8 +317,10 @@ class Worker:
             kind, value = "snooze", e.delay
         except Cancel as e:
             kind, value = "cancel", str(e)
-        except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
-            kind, value = "fail", "%s: %s" % (type(e).__name__, e)
+        except BaseException as e:  # noqa: BLE001 - anything a handler raises fails the attempt
+            # SystemExit too: in a handler's thread it would only end the thread, leaving
+            # the run in flight and heartbeated for ever.
+            kind, value = "fail", _describe(e)
         finally:
             if timer:
                 timer.cancel()
