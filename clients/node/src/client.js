@@ -27,14 +27,20 @@ export function binary(v) {
 }
 
 export class Client {
+  // The bearer token, private: console.log or JSON.stringify of a client, or of a worker
+  // holding it, does not show it.
+  #token;
+
   /**
    * @param {string} baseUrl e.g. http://127.0.0.1:8080
-   * @param {string} [token] bearer token: write scope for jobs, worker scope for runs and nodeResult
+   * @param {string} [token] bearer token: write scope for jobs, worker scope for runs and
+   *   nodeResult. It is sent to baseUrl only: the client follows no redirect (a 3xx is an
+   *   APIError).
    * @param {{timeout?: number, userAgent?: string}} [opts] timeout in seconds (default 30)
    */
   constructor(baseUrl, token, { timeout = 30, userAgent = 'tock-node/0.1' } = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
-    this.token = token;
+    this.#token = token;
     this.timeout = timeout;
     this.userAgent = userAgent;
   }
@@ -43,8 +49,8 @@ export class Client {
   // body's bytes (a Buffer) and its content type instead.
   async #do(method, path, body, { headers = {}, timeout = this.timeout, raw = false } = {}) {
     const h = { Accept: 'application/json', 'User-Agent': this.userAgent, ...headers };
-    if (this.token) h.Authorization = `Bearer ${this.token}`;
-    const init = { method, headers: h, signal: AbortSignal.timeout(timeout * 1000) };
+    if (this.#token) h.Authorization = `Bearer ${this.#token}`;
+    const init = { method, headers: h, signal: AbortSignal.timeout(timeout * 1000), redirect: 'manual' };
     if (body !== undefined) {
       h['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body);

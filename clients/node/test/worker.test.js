@@ -29,6 +29,10 @@ async function fakeTock() {
         res.end(JSON.stringify(obj));
       };
       if (req.headers.authorization !== `Bearer ${TOKEN}`) return reply(401, { error: { code: 'unauthenticated', message: 'no' } });
+      if (f.redirect) {
+        res.writeHead(302, { Location: f.redirect, 'Content-Length': '0' });
+        return res.end();
+      }
       const body = JSON.parse(data || 'null');
       // The server's limits: at most 1000 runs a claim and a heartbeat.
       if (req.url === '/v1/runs:claim' && !(body.max >= 1 && body.max <= 1000)) {
@@ -442,6 +446,26 @@ test('ackMany and failMany', async () => {
   const failed = await c.failMany([{ run: 'x:1', token: 't1', error: 'boom', retryAfter: 90 }]);
   assert.equal(failed[0].outcome, 'error');
   assert.deepEqual(fake.batchCalls('/v1/runs:fail').at(-1), { runs: [{ run: 'x:1', token: 't1', error: 'boom', retry_after: '90s' }] });
+});
+
+test('the token is not shown nor sent where a redirect points', async () => {
+  // The token was a public property: console.log(client), or of a worker, or
+  // JSON.stringify printed it. And a redirect was followed (a POST turned into a GET).
+  const c = new Client(fake.url, TOKEN);
+  const w = new Worker(c, ['q'], { logger: quiet });
+  const { inspect } = await import('node:util');
+  for (const shown of [inspect(c), inspect(w, { depth: 5 }), JSON.stringify(c), JSON.stringify(w)]) assert.ok(!shown.includes(TOKEN), shown);
+  const seen = [];
+  const other = createServer((req, res) => { seen.push(req.headers.authorization); res.writeHead(200, { 'Content-Type': 'application/json' }); res.end('{"runs": []}'); });
+  await new Promise((r) => other.listen(0, '127.0.0.1', r));
+  try {
+    fake.redirect = `http://127.0.0.1:${other.address().port}/elsewhere`;
+    await assert.rejects(c.claim(['q'], 'w'), (e) => e instanceof APIError && e.status === 302 && !String(e).includes(TOKEN));
+    assert.deepEqual(seen, []);
+  } finally {
+    other.closeAllConnections?.();
+    await new Promise((r) => other.close(r));
+  }
 });
 
 test('API errors', async () => {

@@ -24,11 +24,21 @@ class FakeTock:
         # it answered; not recorded), or an error body that is no API error (a proxy's).
         self.cut = {}
         self.proxy_error = {}
+        self.redirect = None  # where a GET is redirected (302)
         fake = self
 
         class H(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
+
+            def do_GET(self):
+                if fake.redirect:
+                    self.send_response(302)
+                    self.send_header("Location", fake.redirect)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.reply(404, {"error": {"code": "not_found", "message": "no route"}})
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)

@@ -3,6 +3,7 @@ import sys
 import threading
 import time
 import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
@@ -339,6 +340,35 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(got[0]["outcome"], "error")
         self.assertEqual(self.fake.batch_calls("/v1/runs:fail")[-1],
                          {"runs": [{"run": "x:1", "token": "t1", "error": "boom", "retry_after": "90s"}]})
+
+    def test_token_is_not_sent_where_a_redirect_points(self):
+        # urllib follows redirects and keeps the Authorization header, to another host
+        # too: a server or proxy answering with a redirect handed the bearer token to
+        # whatever host it named. The client follows no redirect.
+        seen = []
+
+        class Other(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"runs": []}')
+
+        other = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        self.addCleanup(other.server_close)
+        self.addCleanup(other.shutdown)
+        with self.fake.lock:
+            self.fake.redirect = "http://localhost:%d/elsewhere" % other.server_address[1]
+        with self.assertRaises(APIError) as cm:
+            self.client.job_runs("x")
+        self.assertEqual(cm.exception.status, 302)
+        self.assertEqual(seen, [])
+        self.assertNotIn(self.fake.token, str(cm.exception))
 
     def test_api_error(self):
         c = Client(self.fake.url, "wrong-token-000000")

@@ -14,6 +14,17 @@ from ._duration import format_duration, parse_duration
 _MISSING = object()
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: urllib would send the Authorization header (the bearer token)
+    to whatever host a redirect names. A 3xx is an APIError."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
 class APIError(Exception):
     """An error reply of the API: status (HTTP), code ("conflict", "token_mismatch"...),
     message and field (the request field at fault, when one is)."""
@@ -26,7 +37,8 @@ class APIError(Exception):
 class Client:
     """Client(base_url, token): token is a bearer token (write scope to create and read
     jobs, worker scope for the run endpoints and node_result), or None without
-    authentication."""
+    authentication. It follows no redirect (a 3xx is an APIError): the token goes to
+    base_url only."""
 
     def __init__(self, base_url, token=None, timeout=30.0, user_agent="tock-python/0.1"):
         self.base_url = base_url.rstrip("/")
@@ -47,7 +59,7 @@ class Client:
         h.update(headers or {})
         req = urllib.request.Request(self.base_url + path, data=data, headers=h, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+            with _opener.open(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 status = resp.status
                 if raw_reply:
