@@ -50,7 +50,8 @@ export class Client {
   async #do(method, path, body, { headers = {}, timeout = this.timeout, raw = false } = {}) {
     const h = { Accept: 'application/json', 'User-Agent': this.userAgent, ...headers };
     if (this.#token) h.Authorization = `Bearer ${this.#token}`;
-    const init = { method, headers: h, signal: AbortSignal.timeout(timeout * 1000), redirect: 'manual' };
+    // AbortSignal.timeout takes whole milliseconds (32200.000000000004 is a RangeError).
+    const init = { method, headers: h, signal: AbortSignal.timeout(Math.ceil(timeout * 1000)), redirect: 'manual' };
     if (body !== undefined) {
       h['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body);

@@ -468,6 +468,16 @@ test('the token is not shown nor sent where a redirect points', async () => {
   }
 });
 
+test('a wait or timeout of any fraction of a second', async () => {
+  // AbortSignal.timeout takes whole milliseconds only: a claim whose timeout came to
+  // 32200.000000000004 ms (the default 30 s and a wait of 2.2 s) threw a RangeError, so a
+  // worker with that wait never claimed anything.
+  const c = new Client(fake.url, TOKEN, { timeout: 30 });
+  fake.add('w', 'echo');
+  assert.equal((await c.claim(['q'], 'w', { wait: 2.2 })).length, 1);
+  assert.deepEqual(await new Client(fake.url, TOKEN, { timeout: 2.01 }).heartbeat([{ run: 'w:1764000000000', token: 't' }], 'w'), { 'w:1764000000000': 'extended' });
+});
+
 test('API errors', async () => {
   const c = new Client(fake.url, 'wrong-token-000000');
   await assert.rejects(c.claim(['q'], 'w'), (e) => e instanceof APIError && e.status === 401 && e.code === 'unauthenticated');
