@@ -130,10 +130,14 @@ export class Client {
     return (await this.#do('POST', '/v1/runs:claim', body, { timeout: this.timeout + w })).body.runs;
   }
 
-  /** Extend held runs ({run, token} objects). Resolves to {run: "extended"|"cancelled"|"lost"}. */
-  async heartbeat(runs, worker) {
+  /**
+   * Extend held runs ({run, token} objects). Resolves to {run: "extended"|"cancelled"|"lost"}.
+   * timeout (in seconds; the client's by default) bounds the call: a worker gives it a
+   * part of the runs' visibility, so that a call never answered does not hold back the next.
+   */
+  async heartbeat(runs, worker, { timeout = this.timeout } = {}) {
     const held = runs.map((r) => ({ run: r.run, token: r.token }));
-    const reply = (await this.#do('POST', '/v1/runs:heartbeat', { runs: held, worker })).body;
+    const reply = (await this.#do('POST', '/v1/runs:heartbeat', { runs: held, worker }, { timeout })).body;
     return Object.fromEntries(reply.runs.map((r) => [r.run, r.state]));
   }
 

@@ -461,10 +461,10 @@ export class Worker {
     await this.#reportOne(job, 'fail', `the handler's result was refused: ${message}`);
   }
 
-  async #heartbeat(jobs) {
+  async #heartbeat(jobs, timeout) {
     let states;
     try {
-      states = await this.client.heartbeat(jobs, this.name);
+      states = await this.client.heartbeat(jobs, this.name, { timeout });
     } catch (e) {
       this.log.warn?.(`worker ${this.name}: heartbeat: ${e.message}`);
       return;
@@ -488,7 +488,12 @@ export class Worker {
       await sleep(period * 1000, done);
       if (done.aborted) return;
       const jobs = held();
-      for (let i = 0; i < jobs.length; i += MAX_HEARTBEAT) await this.#heartbeat(jobs.slice(i, i + MAX_HEARTBEAT));
+      if (jobs.length === 0) continue;
+      // A heartbeat waits at most a third of the shortest visibility for its answer: one a
+      // server never answers must not hold the next back until the runs' deadlines pass
+      // (the client's timeout is 30 s by default).
+      const timeout = Math.min(Math.max(jobs.reduce((m, j) => Math.min(m, j.visibility), Infinity) / 3, 0.25), this.client.timeout);
+      for (let i = 0; i < jobs.length; i += MAX_HEARTBEAT) await this.#heartbeat(jobs.slice(i, i + MAX_HEARTBEAT), timeout);
     }
   }
 }

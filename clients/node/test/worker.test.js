@@ -18,7 +18,7 @@ async function fakeTock() {
   // shardDown: run -> how many of the next batch reports naming it answer it 503 in the
   // batch's reply (Redis failed for its shard), the other runs 200.
   const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0,
-    unavailableStatus: 503, cut: {}, shardDown: {} };
+    unavailableStatus: 503, cut: {}, shardDown: {}, hang: {} };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -44,6 +44,10 @@ async function fakeTock() {
       if (f.unavailable > 0 && req.url !== '/v1/runs:claim' && req.url !== '/v1/runs:heartbeat') {
         f.unavailable--;
         return reply(f.unavailableStatus, { error: { code: 'unavailable', message: 'restarting' } });
+      }
+      if (f.hang[req.url] > 0) {
+        f.hang[req.url]--; // a server that took the call and never answers
+        return;
       }
       if (f.cut[req.url] > 0) {
         f.cut[req.url]--;
@@ -427,6 +431,21 @@ test('runs are heartbeated until reported', async () => {
     await fake.waitFor(() => w.inflight.size === 0);
     await stop();
   }
+});
+
+test('a heartbeat never answered does not hold the others back', async () => {
+  // A heartbeat waited for its answer as long as the client's timeout (30 s by default, 5 s
+  // here): one call a server took and never answered held the next heartbeats back, and
+  // every run of a shorter visibility was lost meanwhile. A heartbeat waits a third of the
+  // shortest visibility at most.
+  let release;
+  const released = new Promise((r) => (release = r));
+  const run = fake.add('hang', 'slow', undefined, { visibility: '1200ms' });
+  fake.hang['/v1/runs:heartbeat'] = 1;
+  start({ slow: async () => { await released; return 1; } });
+  await fake.waitFor(() => fake.calls.filter(([p]) => p === '/v1/runs:heartbeat').length >= 3, 3000);
+  release();
+  await fake.waitFor(() => `${run}:ack` in fake.reports());
 });
 
 test('single acks', async () => {

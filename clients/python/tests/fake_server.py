@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -25,6 +26,7 @@ class FakeTock:
         self.cut = {}
         self.proxy_error = {}
         self.redirect = None  # where a GET is redirected (302)
+        self.hang = {}  # path -> how many of its next calls are never answered
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -56,6 +58,15 @@ class FakeTock:
                     if self.path == "/v1/runs:heartbeat" and len(body["runs"]) > 1000:
                         return self.reply(400, {"error": {"code": "invalid_argument", "field": "runs",
                                                           "message": "more than 1000 runs"}})
+                    if fake.hang.get(self.path, 0) > 0:
+                        fake.hang[self.path] -= 1
+                        hung = True
+                    else:
+                        hung = False
+                if hung:
+                    time.sleep(30)  # a server that took the call and never answers
+                    return
+                with fake.lock:
                     if fake.cut.get(self.path, 0) > 0:
                         fake.cut[self.path] -= 1
                         self.send_response(200)

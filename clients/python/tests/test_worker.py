@@ -322,6 +322,20 @@ class WorkerTest(unittest.TestCase):
             self.fake.wait_for(lambda: w.inflight == 0)
             stop()
 
+    def test_a_heartbeat_never_answered_does_not_hold_the_others(self):
+        # A heartbeat waited for its answer as long as the client's timeout (30 s by
+        # default, 5 s here): one call a server took and never answered held the next
+        # heartbeats back, and every run of a shorter visibility was lost meanwhile. A
+        # heartbeat waits a third of the shortest visibility at most.
+        release = threading.Event()
+        run = self.fake.add("hang", "slow", visibility="1200ms")
+        with self.fake.lock:
+            self.fake.hang["/v1/runs:heartbeat"] = 1
+        w, _ = self.start({"slow": lambda j: release.wait(10) and 1})
+        self.fake.wait_for(lambda: sum(p == "/v1/runs:heartbeat" for p, _ in self.fake.calls) >= 3, timeout=3)
+        release.set()
+        self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

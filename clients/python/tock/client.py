@@ -141,16 +141,18 @@ class Client:
         w = parse_duration(body.get("wait")) or 0
         return self._do("POST", "/v1/runs:claim", body, timeout=self.timeout + w)[1]["runs"]
 
-    def heartbeat(self, runs, worker):
+    def heartbeat(self, runs, worker, timeout=None):
         """Extend held runs: runs is a list of (run, token) pairs or of claimed runs.
-        Returns {run: state} with state "extended", "cancelled" or "lost"."""
+        Returns {run: state} with state "extended", "cancelled" or "lost". timeout (in
+        seconds; the client's by default) bounds the call: a worker gives it a part of
+        the runs' visibility, so that a call never answered does not hold back the next."""
         held = []
         for r in runs:
             if isinstance(r, dict):
                 held.append({"run": r["run"], "token": r["token"]})
             else:
                 held.append({"run": r[0], "token": r[1]})
-        reply = self._do("POST", "/v1/runs:heartbeat", {"runs": held, "worker": worker})[1]
+        reply = self._do("POST", "/v1/runs:heartbeat", {"runs": held, "worker": worker}, timeout=timeout)[1]
         return {r["run"]: r["state"] for r in reply["runs"]}
 
     def ack(self, run, token, result=_MISSING, result_bytes=None):

@@ -484,12 +484,16 @@ class Worker:
                 held = [j for j in self._inflight.values() if j.state in self._HELD]
             if not held:
                 continue
+            # A heartbeat waits at most a third of the shortest visibility for its answer:
+            # one a server never answers must not hold the next back until the runs'
+            # deadlines pass (the client's timeout is 30 s by default).
+            timeout = min(max(min(j.visibility for j in held) / 3.0, 0.25), self.client.timeout)
             for i in range(0, len(held), MAX_HEARTBEAT):
-                self._heartbeat(held[i:i + MAX_HEARTBEAT])
+                self._heartbeat(held[i:i + MAX_HEARTBEAT], timeout)
 
-    def _heartbeat(self, held):
+    def _heartbeat(self, held, timeout):
         try:
-            states = self.client.heartbeat([(j.run, j.token) for j in held], self.name)
+            states = self.client.heartbeat([(j.run, j.token) for j in held], self.name, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - the thread must go on, or every run held is lost
             log.warning("worker %s: heartbeat: %s", self.name, e)
             return
