@@ -17,6 +17,23 @@ export class APIError extends Error {
 const DURATIONS = new Set(['timeout', 'visibility', 'misfire_after']);
 
 /**
+ * The bytes of an error message the server keeps (shard.MaxErrorLen): a longer one is cut
+ * to it before it is sent, rather than sent whole (and refused over the server's body
+ * limit).
+ */
+export const MAX_ERROR = 2048;
+
+// cutError returns String(msg) in at most MAX_ERROR bytes of UTF-8, cut at a character's start.
+function cutError(msg) {
+  const s = String(msg);
+  const b = Buffer.from(s, 'utf8');
+  if (b.length <= MAX_ERROR) return s;
+  let i = MAX_ERROR;
+  while (i > 0 && (b[i] & 0xc0) === 0x80) i--; // b[i] continues a character: cut before its start
+  return b.subarray(0, i).toString('utf8');
+}
+
+/**
  * The bytes of v when it is binary (a Buffer or another typed array, a DataView, an
  * ArrayBuffer or a SharedArrayBuffer: their bytes as they are in memory), else null.
  */
@@ -178,7 +195,7 @@ export class Client {
   async failMany(runs) {
     const items = runs.map(({ run, token, error, retryAfter }) => {
       const item = { run, token };
-      if (error) item.error = String(error);
+      if (error) item.error = cutError(error);
       if (retryAfter !== undefined && retryAfter !== null) item.retry_after = formatDuration(retryAfter);
       return item;
     });
@@ -187,7 +204,7 @@ export class Client {
 
   async fail(run, token, error, { retryAfter } = {}) {
     const body = { token };
-    if (error) body.error = String(error);
+    if (error) body.error = cutError(error);
     if (retryAfter !== undefined && retryAfter !== null) body.retry_after = formatDuration(retryAfter);
     return (await this.#do('POST', Client.#runPath(run, 'fail'), body)).body;
   }
@@ -198,7 +215,7 @@ export class Client {
 
   async cancel(run, token, error) {
     const body = { token };
-    if (error) body.error = String(error);
+    if (error) body.error = cutError(error);
     return (await this.#do('POST', Client.#runPath(run, 'cancel'), body)).body;
   }
 }

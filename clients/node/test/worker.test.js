@@ -185,6 +185,18 @@ test('anything thrown fails the run', async () => {
   await fake.waitFor(() => w.inflight.size === 0);
 });
 
+test('error messages are cut to what the server keeps', async () => {
+  // The server keeps 2,048 bytes of an error; the worker sent it whole: megabytes for an
+  // error holding a response body, and over the server's body limit (64 MiB by default)
+  // the report was refused (413) and the run left to its deadline.
+  const run = fake.add('big', 'big');
+  start({ big: () => { throw new Error('\u00e9'.repeat(1000000)); } });
+  await fake.waitFor(() => `${run}:fail` in fake.reports());
+  const sent = fake.reports()[`${run}:fail`].error;
+  assert.ok(Buffer.byteLength(sent) <= 2048 && Buffer.byteLength(sent) > 2040, `${Buffer.byteLength(sent)} bytes`);
+  assert.equal(sent, `Error: ${'\u00e9'.repeat(1000000)}`.slice(0, sent.length));
+});
+
 test('heartbeats, then a cancelled job ends cancelled', async () => {
   let release;
   const released = new Promise((r) => (release = r));

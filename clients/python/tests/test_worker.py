@@ -97,6 +97,18 @@ class WorkerTest(unittest.TestCase):
         self.assertIn("Unprintable", self.fake.reports()[ids["u"] + ":fail"]["error"])
         self.fake.wait_for(lambda: w.inflight == 0)
 
+    def test_error_messages_are_cut_to_what_the_server_keeps(self):
+        # The server keeps 2,048 bytes of an error; the worker sent it whole: megabytes for
+        # an exception holding a response body, and over the server's body limit (64 MiB
+        # by default) the report was refused (413) and the run left to its deadline.
+        big = self.fake.add("big", "big")
+        self.start({"big": lambda j: (_ for _ in ()).throw(ValueError("\u00e9" * 1_000_000))})
+        self.fake.wait_for(lambda: big + ":fail" in self.fake.reports())
+        sent = self.fake.reports()[big + ":fail"]["error"]
+        self.assertLessEqual(len(sent.encode("utf-8")), 2048)
+        self.assertGreater(len(sent.encode("utf-8")), 2040)
+        self.assertEqual(sent, ("ValueError: " + "\u00e9" * 1_000_000)[:len(sent)])
+
     def test_heartbeat_and_cancel(self):
         release = threading.Event()
         seen = []

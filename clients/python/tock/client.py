@@ -13,6 +13,23 @@ from ._duration import format_duration, parse_duration
 
 _MISSING = object()
 
+# The bytes of an error message the server keeps (shard.MaxErrorLen): a longer one is
+# cut to it before it is sent, rather than sent whole (and refused over the server's
+# body limit).
+MAX_ERROR = 2048
+
+
+def _cut_error(msg):
+    """msg as a str of at most MAX_ERROR bytes in UTF-8, cut at a character's start."""
+    msg = str(msg)
+    b = msg.encode("utf-8", "replace")
+    if len(b) <= MAX_ERROR:
+        return msg
+    i = MAX_ERROR
+    while i > 0 and b[i] & 0xC0 == 0x80:
+        i -= 1  # b[i] continues a character: cut before its start
+    return b[:i].decode("utf-8")
+
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Follows no redirect: urllib would send the Authorization header (the bearer token)
@@ -187,7 +204,7 @@ class Client:
         for r in runs:
             item = {"run": r["run"], "token": r["token"]}
             if r.get("error"):
-                item["error"] = str(r["error"])
+                item["error"] = _cut_error(r["error"])
             if r.get("retry_after") is not None:
                 item["retry_after"] = format_duration(r["retry_after"])
             items.append(item)
@@ -196,7 +213,7 @@ class Client:
     def fail(self, run, token, error=None, retry_after=None):
         body = {"token": token}
         if error:
-            body["error"] = str(error)
+            body["error"] = _cut_error(error)
         if retry_after is not None:
             body["retry_after"] = format_duration(retry_after)
         return self._do("POST", self._run_path(run, "fail"), body)[1]
@@ -207,5 +224,5 @@ class Client:
     def cancel(self, run, token, error=None):
         body = {"token": token}
         if error:
-            body["error"] = str(error)
+            body["error"] = _cut_error(error)
         return self._do("POST", self._run_path(run, "cancel"), body)[1]
