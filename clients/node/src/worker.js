@@ -405,6 +405,13 @@ export class Worker {
         try {
           results = await retrying(() => this.client.ackMany(batch.map(({ job, value }) => ({ run: job.run, token: job.token, result: value }))), deadline);
         } catch (e) {
+          if (e instanceof APIError && e.status === 413) {
+            // The body is over the server's limit: its halves go on their own.
+            if (batch.length === 1) return this.#refusedAck(batch[0].job, e.message);
+            const half = batch.length >> 1;
+            await this.#sendAcks(batch.slice(0, half));
+            return this.#sendAcks(batch.slice(half));
+          }
           if (!(e instanceof APIError && (e.status === 404 || e.status === 405))) {
             this.log.warn?.(`worker ${this.name}: ack ${batch.length} runs: ${e.message} (left to their deadlines)`);
             return;

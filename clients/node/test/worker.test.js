@@ -18,7 +18,7 @@ async function fakeTock() {
   // shardDown: run -> how many of the next batch reports naming it answer it 503 in the
   // batch's reply (Redis failed for its shard), the other runs 200.
   const f = { ready: [], calls: [], hb: {}, conflict: new Set(), tooLarge: new Set(), waiters: [], batch: true, unavailable: 0,
-    unavailableStatus: 503, cut: {}, shardDown: {}, hang: {} };
+    unavailableStatus: 503, cut: {}, shardDown: {}, hang: {}, maxBody: null };
   const changed = () => f.waiters.splice(0).forEach((w) => w());
   f.server = createServer((req, res) => {
     let data = '';
@@ -29,6 +29,9 @@ async function fakeTock() {
         res.end(JSON.stringify(obj));
       };
       if (req.headers.authorization !== `Bearer ${TOKEN}`) return reply(401, { error: { code: 'unauthenticated', message: 'no' } });
+      if (f.maxBody !== null && Buffer.byteLength(data) > f.maxBody) {
+        return reply(413, { error: { code: 'too_large', message: `the request body is over the limit of ${f.maxBody} bytes` } });
+      }
       if (f.redirect) {
         res.writeHead(302, { Location: f.redirect, 'Content-Length': '0' });
         return res.end();
@@ -458,6 +461,22 @@ test('a heartbeat never answered does not hold the others back', async () => {
   await fake.waitFor(() => fake.calls.filter(([p]) => p === '/v1/runs:heartbeat').length >= 3, 3000);
   release();
   await fake.waitFor(() => `${run}:ack` in fake.reports());
+});
+
+test('a batch over the body limit is split', async () => {
+  // A batch ack over the server's body limit (64 MiB by default: a thousand results of 64
+  // KiB, base64-encoded) was refused whole (413) and every run in it left to its deadline,
+  // to be run again. It is split until its parts fit.
+  fake.maxBody = 100000;
+  let release;
+  const released = new Promise((r) => (release = r));
+  const ids = Array.from({ length: 8 }, (_, i) => fake.add(`s${i}`, 'big'));
+  const { w } = start({ big: async () => { await released; return Buffer.alloc(30000); } }, { concurrency: 8 });
+  await fake.waitFor(() => w.inflight.size === 8);
+  release();
+  await fake.waitFor(() => ids.every((id) => `${id}:ack` in fake.reports()));
+  await fake.waitFor(() => w.inflight.size === 0);
+  assert.ok(fake.batchCalls().length > 1 && fake.batchCalls().every((b) => b.runs.length <= 2), JSON.stringify(fake.batchCalls().map((b) => b.runs.length)));
 });
 
 test('single acks', async () => {

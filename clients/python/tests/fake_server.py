@@ -27,6 +27,7 @@ class FakeTock:
         self.proxy_error = {}
         self.redirect = None  # where a GET is redirected (302)
         self.hang = {}  # path -> how many of its next calls are never answered
+        self.max_body = None  # a body over it is refused whole (413), as the server's MaxBody
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -44,7 +45,11 @@ class FakeTock:
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(n) or b"null")
+                raw = self.rfile.read(n)
+                if fake.max_body is not None and n > fake.max_body:
+                    return self.reply(413, {"error": {"code": "too_large", "message":
+                                                      "the request body is over the limit of %d bytes" % fake.max_body}})
+                body = json.loads(raw or b"null")
                 if self.headers.get("Authorization") != "Bearer " + fake.token:
                     return self.reply(401, {"error": {"code": "unauthenticated", "message": "no"}})
                 with fake.lock:

@@ -348,6 +348,20 @@ class WorkerTest(unittest.TestCase):
         release.set()
         self.fake.wait_for(lambda: run + ":ack" in self.fake.reports())
 
+    def test_a_batch_over_the_body_limit_is_split(self):
+        # A batch ack over the server's body limit (64 MiB by default: a thousand results
+        # of 64 KiB, base64-encoded) was refused whole (413) and every run in it left to its
+        # deadline, to be run again. It is split until its parts fit.
+        self.fake.max_body = 100_000
+        release = threading.Event()
+        ids = [self.fake.add("s%d" % i, "big") for i in range(8)]
+        w, _ = self.start({"big": lambda j: release.wait(10) and b"\x00" * 30_000}, concurrency=8)
+        self.fake.wait_for(lambda: w.inflight == 8)
+        release.set()
+        self.fake.wait_for(lambda: all(i + ":ack" in self.fake.reports() for i in ids))
+        self.fake.wait_for(lambda: w.inflight == 0)
+        self.assertTrue(all(len(b["runs"]) <= 2 for b in self.fake.batch_calls()))
+
     def test_single_acks(self):
         run = self.fake.add("s1", "echo")
         w, _ = self.start({"echo": lambda j: None}, batch_acks=False)

@@ -436,6 +436,15 @@ class Worker:
                 try:
                     results = _retrying(lambda: self.client.ack_many(runs), deadline=deadline)
                 except APIError as e:
+                    if e.status == 413 and len(batch) > 1:
+                        # The body is over the server's limit: its halves go on their own.
+                        half = len(batch) // 2
+                        self._send_acks(batch[:half])
+                        self._send_acks(batch[half:])
+                        return
+                    if e.status == 413:
+                        self._refused_ack(batch[0][0], e.message)
+                        return
                     if e.status not in (404, 405):
                         log.warning("worker %s: ack %d runs: %s (left to their deadlines)", self.name, len(batch), e)
                         return
