@@ -105,6 +105,46 @@ const HELD = new Set(['running', 'reported', 'cancelled']);
 export const MAX_CLAIM = 1000;
 export const MAX_HEARTBEAT = 1000;
 
+// What else the server refuses in every claim (ingest.MaxClaimQueues, MaxClaimTypes and
+// MaxClaimWait): a worker with such settings would log the refusal and claim again for
+// ever, so the Worker constructor refuses them (checkSettings).
+export const MAX_CLAIM_QUEUES = 64;
+export const MAX_CLAIM_TYPES = 256;
+export const MAX_CLAIM_WAIT = 60;
+
+// seconds throws a RangeError naming setting name unless v is a number of seconds from
+// low to high (undefined: no bound).
+function seconds(name, v, low, high) {
+  if (typeof v !== 'number' || Number.isNaN(v) || v < low || (high !== undefined && v > high)) {
+    const bound = high !== undefined ? `from ${low} to ${high}` : `of ${low} or more`;
+    throw new RangeError(`${name}: must be a number of seconds ${bound}, got ${String(v)}`);
+  }
+}
+
+// checkSettings throws a RangeError naming the first of a worker's settings that the
+// server refuses in every claim, or that can run nothing.
+function checkSettings(queues, { concurrency, wait, grace, types }) {
+  if (queues.length === 0) throw new RangeError('queues: at least one queue is required');
+  if (queues.length > MAX_CLAIM_QUEUES) throw new RangeError(`queues: ${queues.length} queues, at most ${MAX_CLAIM_QUEUES}`);
+  const seen = new Set();
+  queues.forEach((q, i) => {
+    if (typeof q !== 'string' || q === '') throw new RangeError(`queues[${i}]: must be a queue's name, got ${JSON.stringify(q)}`);
+    if (seen.has(q)) throw new RangeError(`queues[${i}]: queue ${JSON.stringify(q)} is listed twice`);
+    seen.add(q);
+  });
+  if (types !== undefined && types !== null) {
+    if (types.length > MAX_CLAIM_TYPES) throw new RangeError(`types: ${types.length} types, at most ${MAX_CLAIM_TYPES}`);
+    types.forEach((t, i) => {
+      if (typeof t !== 'string' || t === '') throw new RangeError(`types[${i}]: must be a type's name, got ${JSON.stringify(t)}`);
+    });
+  }
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    throw new RangeError(`concurrency: must be a whole number of 1 or more, got ${String(concurrency)}`);
+  }
+  seconds('wait', wait, 0, MAX_CLAIM_WAIT);
+  seconds('grace', grace, 0);
+}
+
 // sleep resolves after ms, or as soon as signal aborts. Its listener goes with it: the
 // signals it is given live as long as the worker.
 const sleep = (ms, signal) =>
@@ -180,8 +220,12 @@ function defaultName() {
  * wait, grace, types, logger, batchAcks}).
  *
  * A handler resolves to the result (any JSON value, or bytes: a Buffer, another typed
- * array, a DataView or an ArrayBuffer) that the ack keeps with the run. Throwing RetryAfter, Snooze or Cancel reports accordingly; any other error
- * fails the attempt (retried by the job's policy).
+ * array, a DataView or an ArrayBuffer) that the ack keeps with the run. Throwing
+ * RetryAfter, Snooze or Cancel reports accordingly; any other error fails the attempt
+ * (retried by the job's policy). Settings the server refuses in every claim (more than 64
+ * queues, one listed twice, a wait over 60 s, more than 256 types) throw a RangeError
+ * naming the setting, as does a concurrency that is no whole number of 1 or more or a
+ * negative grace.
  *
  * wait: the claim's long poll in seconds (at most 60); a stop is noticed when the current
  * claim returns. grace: how long a stop lets running handlers finish; runs still running
@@ -196,10 +240,12 @@ function defaultName() {
  */
 export class Worker {
   constructor(client, queues, { handlers = {}, concurrency = 4, workerName, wait = 10, grace = 30, types, logger = console, batchAcks = true } = {}) {
+    queues = typeof queues === 'string' ? [queues] : [...queues];
+    checkSettings(queues, { concurrency, wait, grace, types });
     this.client = client;
-    this.queues = typeof queues === 'string' ? [queues] : [...queues];
+    this.queues = queues;
     this.handlers = { ...handlers };
-    this.concurrency = Math.max(1, concurrency | 0);
+    this.concurrency = concurrency;
     this.name = workerName ?? defaultName();
     this.wait = wait;
     this.grace = grace;

@@ -200,6 +200,34 @@ test('error messages are cut to what the server keeps', async () => {
   assert.equal(sent, `Error: ${'\u00e9'.repeat(1000000)}`.slice(0, sent.length));
 });
 
+test('settings the server refuses are refused at once', () => {
+  // A worker whose every claim the server refuses (wait over 60 s, a queue listed twice,
+  // more than 64 queues) logged the 400 and tried again for ever, running nothing; a
+  // concurrency of Infinity ran one run at a time. Each is refused when the worker is
+  // made, naming the setting.
+  const client = new Client(fake.url, TOKEN, { timeout: 5 });
+  const bad = [
+    [[], {}, 'queues'],
+    [['q', 'q'], {}, 'queues'],
+    [Array.from({ length: 65 }, (_, i) => `q${i}`), {}, 'queues'],
+    [['q', ''], {}, 'queues'],
+    [['q'], { wait: 61 }, 'wait'],
+    [['q'], { wait: -1 }, 'wait'],
+    [['q'], { wait: NaN }, 'wait'],
+    [['q'], { concurrency: 0 }, 'concurrency'],
+    [['q'], { concurrency: Infinity }, 'concurrency'],
+    [['q'], { concurrency: 2.5 }, 'concurrency'],
+    [['q'], { grace: -1 }, 'grace'],
+    [['q'], { types: Array.from({ length: 257 }, (_, i) => `t${i}`) }, 'types'],
+    [['q'], { types: [''] }, 'types'],
+  ];
+  for (const [queues, opts, name] of bad) {
+    assert.throws(() => new Worker(client, queues, { logger: quiet, ...opts }), (e) => e instanceof RangeError && e.message.includes(name),
+      JSON.stringify({ queues, opts }));
+  }
+  new Worker(client, 'q', { wait: 60, concurrency: 1000, grace: 0, logger: quiet });
+});
+
 test('heartbeats, then a cancelled job ends cancelled', async () => {
   let release;
   const released = new Promise((r) => (release = r));

@@ -109,6 +109,34 @@ class WorkerTest(unittest.TestCase):
         self.assertGreater(len(sent.encode("utf-8")), 2040)
         self.assertEqual(sent, ("ValueError: " + "\u00e9" * 1_000_000)[:len(sent)])
 
+    def test_settings_the_server_refuses_are_refused_at_once(self):
+        # A worker whose every claim the server refuses (wait over 60 s, a queue listed
+        # twice, more than 64 queues) logged the 400 and tried again for ever, running
+        # nothing; a concurrency of 0 or less ran one run at a time. Each is refused when
+        # the worker is made, naming the setting.
+        bad = [
+            (dict(queues=[]), "queues"),
+            (dict(queues=["q", "q"]), "queues"),
+            (dict(queues=["q%d" % i for i in range(65)]), "queues"),
+            (dict(queues=["q", ""]), "queues"),
+            (dict(wait=61), "wait"),
+            (dict(wait=-1), "wait"),
+            (dict(wait=float("nan")), "wait"),
+            (dict(concurrency=0), "concurrency"),
+            (dict(concurrency=2.5), "concurrency"),
+            (dict(grace=-1), "grace"),
+            (dict(types=["t%d" % i for i in range(257)]), "types"),
+            (dict(types=[""]), "types"),
+        ]
+        for kw, name in bad:
+            args = dict(queues=["q"])
+            args.update(kw)
+            queues = args.pop("queues")
+            with self.assertRaises(ValueError, msg=repr(kw)) as cm:
+                Worker(self.client, queues, {}, **args)
+            self.assertIn(name, str(cm.exception), repr(kw))
+        Worker(self.client, "q", {}, wait=60, concurrency=1000, grace=0)
+
     def test_heartbeat_and_cancel(self):
         release = threading.Event()
         seen = []

@@ -24,6 +24,13 @@ MAX_ACK_BATCH = 1000
 MAX_CLAIM = 1000
 MAX_HEARTBEAT = 1000
 
+# What else the server refuses in every claim (ingest.MaxClaimQueues, MaxClaimTypes and
+# MaxClaimWait): a worker with such settings would log the refusal and claim again for
+# ever, so Worker refuses them when it is made (_check_settings).
+MAX_CLAIM_QUEUES = 64
+MAX_CLAIM_TYPES = 256
+MAX_CLAIM_WAIT = 60.0
+
 # How long a report (ack, fail, snooze, cancel) is tried again after a network error or
 # a 500, 502, 503 or 504 (a server restarting, out of memory for request bodies, or whose
 # Redis failed), as the Go worker does: a report given up leaves its run to its deadline,
@@ -147,12 +154,55 @@ def _default_name():
     return "%s-py-%d-%04x" % (host, os.getpid(), random.getrandbits(16))
 
 
+def _number(name, v, low, high=None):
+    """Returns v as a float when it is a number from low to high (None: no bound), else
+    raises ValueError naming the setting."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= low
+    if ok and high is not None:
+        ok = v <= high
+    if not ok:
+        bound = "from %g to %g" % (low, high) if high is not None else "of %g or more" % low
+        raise ValueError("%s: must be a number of seconds %s, got %r" % (name, bound, v))
+    return float(v)
+
+
+def _check_settings(queues, concurrency, wait, grace, types):
+    """Raises ValueError naming the first of a worker's settings that the server refuses
+    in every claim (MAX_CLAIM_QUEUES), or that can run nothing: a worker would log the
+    refusal and claim again for ever."""
+    if not queues:
+        raise ValueError("queues: at least one queue is required")
+    if len(queues) > MAX_CLAIM_QUEUES:
+        raise ValueError("queues: %d queues, at most %d" % (len(queues), MAX_CLAIM_QUEUES))
+    seen = set()
+    for i, q in enumerate(queues):
+        if not isinstance(q, str) or not q:
+            raise ValueError("queues[%d]: must be a queue's name, got %r" % (i, q))
+        if q in seen:
+            raise ValueError("queues[%d]: queue %r is listed twice" % (i, q))
+        seen.add(q)
+    if types is not None:
+        if len(types) > MAX_CLAIM_TYPES:
+            raise ValueError("types: %d types, at most %d" % (len(types), MAX_CLAIM_TYPES))
+        for i, t in enumerate(types):
+            if not isinstance(t, str) or not t:
+                raise ValueError("types[%d]: must be a type's name, got %r" % (i, t))
+    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, float)) or concurrency != concurrency \
+            or concurrency < 1 or concurrency != int(concurrency):
+        raise ValueError("concurrency: must be a whole number of 1 or more, got %r" % (concurrency,))
+    _number("wait", wait, 0, MAX_CLAIM_WAIT)
+    _number("grace", grace, 0)
+
+
 class Worker:
     """Worker(client, queues, handlers={type: fn}, concurrency=4, worker_name=None).
 
     A handler is fn(job) -> result: the result (any JSON value, or bytes, bytearray or
-    memoryview) is kept with the run by the ack. Raising RetryAfter, Snooze or Cancel reports accordingly; any other
-    exception fails the attempt (retried by the job's policy).
+    memoryview) is kept with the run by the ack. Raising RetryAfter, Snooze or Cancel
+    reports accordingly; any other exception fails the attempt (retried by the job's
+    policy). Settings the server refuses in every claim (more than 64 queues, one listed
+    twice, a wait over 60 s, more than 256 types) raise ValueError naming the setting, as
+    does a concurrency that is no whole number of 1 or more or a negative grace.
 
     wait: the claim's long poll in seconds (at most 60); a stop is noticed when the
     current claim returns, so keep it short. grace: how long a stop lets running
@@ -171,10 +221,12 @@ class Worker:
                  types=None, batch_acks=True):
         if isinstance(queues, str):
             queues = [queues]
+        queues = list(queues)
+        _check_settings(queues, concurrency, wait, grace, None if types is None else list(types))
         self.client = client
-        self.queues = list(queues)
+        self.queues = queues
         self.handlers = dict(handlers or {})
-        self.concurrency = max(1, int(concurrency))
+        self.concurrency = int(concurrency)
         self.name = worker_name or _default_name()
         self.wait = wait
         self.grace = grace
