@@ -153,8 +153,8 @@ const (
 	snapshotScanCount = 2000
 )
 
-// ErrNotEmpty is returned by BeginRestore when the namespace holds jobs.
-var ErrNotEmpty = errors.New("namespace holds jobs")
+// ErrNotEmpty is returned by BeginRestore when the namespace holds jobs or workflows.
+var ErrNotEmpty = errors.New("namespace holds jobs or workflows")
 
 // ScanAllJobs calls fn with the ids of every job of the namespace and the shard of each.
 // It first reads each shard's packed jobs (Config.NoPack) from their hash, in pieces,
@@ -394,11 +394,13 @@ func (s *Store) RestoreJobs(ctx context.Context, id ID, recs []JobRecord) (Resto
 	return counts, firstErr
 }
 
-// Empty reports whether the namespace holds no job, scanning every primary until it meets
-// one.
+// Empty reports whether the namespace holds no job and no workflow, scanning every
+// primary until it meets one. A workflow's hash outlives its nodes' jobs (each expires
+// Retention after its own end): a namespace holding one is not empty, since a restore
+// leaves the snapshot's workflow of its id out, with its nodes.
 func (s *Store) Empty(ctx context.Context) (bool, error) {
-	errFound := errors.New("found a job")
-	err := s.ScanAllJobs(ctx, func(ID, []string) error { return errFound })
+	errFound := errors.New("found a job or a workflow")
+	err := s.ScanJobsAndWorkflows(ctx, func(ID, []string, []string) error { return errFound })
 	if errors.Is(err, errFound) {
 		return false, nil
 	}
@@ -441,7 +443,7 @@ func NamespaceSettings(ctx context.Context, c rueidis.Client, ns string) (shards
 const restoreField = "restore"
 
 // BeginRestore readies the namespace for a restore of snapshot (a name the caller
-// chooses): the namespace must hold no job (ErrNotEmpty otherwise), unless a restore of
+// chooses): the namespace must hold no job and no workflow (ErrNotEmpty otherwise), unless a restore of
 // the same snapshot began before and did not end (it was interrupted: resumed is then
 // true, and restoring again completes it, RestoreJobs leaving alone the jobs written
 // already). The namespace records the snapshot until EndRestore.
@@ -463,7 +465,7 @@ func (s *Store) BeginRestore(ctx context.Context, snapshot string) (resumed bool
 			return false, fmt.Errorf("%w: %q (a restore of snapshot %s began and did not end: run that one again to complete it)",
 				ErrNotEmpty, s.cfg.Namespace, cur)
 		}
-		return false, fmt.Errorf("%w: %q (a restore writes into a namespace without jobs only)", ErrNotEmpty, s.cfg.Namespace)
+		return false, fmt.Errorf("%w: %q (a restore writes into a namespace without jobs or workflows only)", ErrNotEmpty, s.cfg.Namespace)
 	}
 	if err := s.c.Do(ctx, s.c.B().Hset().Key(meta).FieldValue().FieldValue(restoreField, snapshot).Build()).Error(); err != nil {
 		return false, fmt.Errorf("begin restore: %w", err)

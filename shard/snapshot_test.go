@@ -259,3 +259,31 @@ func TestClaimSnapshotPeriod(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "the period ended")
 }
+
+// A namespace whose only keys are a workflow's hash (its nodes' jobs expired before it,
+// as they do Retention after each ends) is not empty: a restore into it would leave out
+// the snapshot's workflow of the same id, with its nodes (restore_workflows keeps a
+// workflow that exists), so BeginRestore refuses it.
+func TestEmpty_AWorkflowWithoutItsNodesJobsIsNotEmpty(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b redistest.Backend) {
+		t.Parallel()
+		ctx := context.Background()
+		s := open(t, b, shard.Config{Shards: 3, NoPack: true})
+		w := &job.Workflow{ID: "alone", Jobs: []job.Node{{Job: job.Job{ID: "a", Type: "t"}}}}
+		_, err := s.CreateWorkflow(ctx, w)
+		require.NoError(t, err)
+		(&wfRunner{t: t, s: s, wf: "alone"}).run(ctx)
+		c := b.Client(t)
+		id := s.ShardOf("alone")
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(s.Keys().Job(id, job.NodeJobID("alone", "a"))).Build()).Error())
+		n, err := c.Do(ctx, c.B().Exists().Key(s.Keys().Workflow(id, "alone")).Build()).AsInt64()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the workflow's hash")
+
+		empty, err := s.Empty(ctx)
+		require.NoError(t, err)
+		require.False(t, empty, "a workflow's hash is left")
+		_, err = s.BeginRestore(ctx, "snap")
+		require.ErrorIs(t, err, shard.ErrNotEmpty)
+	})
+}

@@ -69,7 +69,7 @@ type RestoreResult struct {
 
 // Restore rebuilds the store's namespace from snapshot id. It first verifies the whole
 // snapshot (see Verify) and writes nothing when it is incomplete or damaged; then it
-// refuses a namespace that holds jobs (shard.ErrNotEmpty), unless it is completing an
+// refuses a namespace that holds jobs or workflows (shard.ErrNotEmpty), unless it is completing an
 // interrupted restore of the same snapshot: run again after a failure, Restore continues
 // where it stopped (jobs restored already are left alone, so no run is filed twice).
 //

@@ -96,7 +96,7 @@ func TestSnapshot_ExportListVerifyRestore(t *testing.T) {
 
 			r = tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns)
 			require.ErrorIs(t, r.err, shard.ErrNotEmpty)
-			require.ErrorContains(t, r.err, "namespace holds jobs: \""+ns2+"\"")
+			require.ErrorContains(t, r.err, "namespace holds jobs or workflows: \""+ns2+"\"")
 			r = tock("snapshot", "restore", "--namespace", ns2, "--snapshot", ns, "--shards", "5")
 			require.ErrorContains(t, r.err, `snapshot restore: --shards "5": namespace "`+ns2+`" exists with 3 shards`)
 
