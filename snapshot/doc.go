@@ -44,14 +44,14 @@
 // Restore reads the whole snapshot and checks every byte of it before it writes anything
 // (manifest, file sizes, SHA-256, decompression, every record, record counts), and
 // refuses an incomplete or damaged one with an error naming the file and the problem
-// (*CorruptError). It refuses a target namespace that holds jobs or workflows, then writes the jobs
-// with a script (lua/restore_jobs.lua) that files each run again as its state says, with
-// these changes: runs in flight at the snapshot become ready again without using an
-// attempt (delivery stays at least once: they may have finished after the snapshot);
-// runs in flight of a cancelled job are dropped; finished jobs whose retention ended
-// since are skipped. Queue counts are rebuilt to match what is restored. The script
-// leaves a job that exists alone, so a restore that was interrupted is completed by
-// running it again.
+// (*CorruptError). It refuses a target namespace that holds jobs or workflows, then
+// writes the jobs with a script (lua/restore_jobs.lua) that files each run again as its
+// state says, with these changes: runs in flight at the snapshot become ready again
+// without using an attempt (delivery stays at least once: they may have finished after
+// the snapshot); runs in flight of a cancelled job are dropped; finished jobs whose
+// retention ended since are skipped. Queue counts are rebuilt to match what is
+// restored. The script leaves a job that exists alone, so a restore that was
+// interrupted is completed by running it again.
 //
 // # Retention
 //

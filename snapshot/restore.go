@@ -69,9 +69,10 @@ type RestoreResult struct {
 
 // Restore rebuilds the store's namespace from snapshot id. It first verifies the whole
 // snapshot (see Verify) and writes nothing when it is incomplete or damaged; then it
-// refuses a namespace that holds jobs or workflows (shard.ErrNotEmpty), unless it is completing an
-// interrupted restore of the same snapshot: run again after a failure, Restore continues
-// where it stopped (jobs restored already are left alone, so no run is filed twice).
+// refuses a namespace that holds jobs or workflows (shard.ErrNotEmpty), unless it is
+// completing an interrupted restore of the same snapshot: run again after a failure,
+// Restore continues where it stopped (jobs restored already are left alone, so no run is
+// filed twice).
 //
 // Jobs go back with their state, runs and history: runs in flight at the snapshot become
 // ready again without using an attempt (they run at least once more); runs in flight of a
