@@ -330,14 +330,9 @@ local function done()
   end
   local readied = flush_ready(P)
   flush_stats(P)
-  if readyChannel and readyChannel ~= '' then
-    local msg = shardNo .. ' ' .. nowUs
-    for _, q in ipairs(readied) do
-      redis.call('PUBLISH', readyChannel .. q, msg)
-    end
-    if wake ~= -1 then
-      redis.call('PUBLISH', wakeChannel, shardNo .. ' ' .. num(wake))
-    end
+  publish_ready(readyChannel, shardNo, nowUs, readied)
+  if wake ~= -1 and readyChannel and readyChannel ~= '' then
+    redis.call('PUBLISH', wakeChannel, shardNo .. ' ' .. num(wake))
   end
   if not ok then
     error(err, 0)

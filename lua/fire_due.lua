@@ -175,10 +175,5 @@ end
 
 local readied = flush_ready(P)
 flush_stats(P)
-if ARGV[5] and ARGV[5] ~= '' then
-  local msg = ARGV[6] .. ' ' .. nowUs
-  for _, q in ipairs(readied) do
-    redis.call('PUBLISH', ARGV[5] .. q, msg)
-  end
-end
+publish_ready(ARGV[5], ARGV[6], nowUs, readied)
 return { now, nextDue, nextDeadline, fired, readied, cron }

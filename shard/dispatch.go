@@ -179,21 +179,14 @@ func (s *Store) Reap(ctx context.Context, l Lease, limit int) (int, error) {
 	return n, err
 }
 
-// countAndSignal decodes the reply of a leased script, { count, queues [, wake] } or a
-// negative code, signals the queues that got ready runs and the shard's dispatcher when
-// wake is a due time, and returns count.
+// countAndSignal decodes the reply of a leased script, { count, queues } or a negative
+// code, signals the queues that got ready runs, and returns count.
 func (s *Store) countAndSignal(ctx context.Context, r rueidis.RedisResult, id ID, what string) (int, error) {
 	n, reply, err := countOf(r, id, what)
 	if err != nil {
 		return 0, err
 	}
-	msgs := s.readySignals(nil, id, strs(reply[1]))
-	if len(reply) > 2 {
-		if wake := i64(reply[2]); wake > 0 {
-			msgs = append(msgs, s.wakeSignal(id, wake))
-		}
-	}
-	s.publish(ctx, msgs)
+	s.publish(ctx, s.readySignals(nil, id, strs(reply[1])))
 	return n, nil
 }
 

@@ -271,6 +271,19 @@ local function flush_ready(P)
   return readyQueues
 end
 
+-- publish_ready publishes the ready signal "<shard> <now µs>" of shard shardNo to
+-- channel..q for each queue q of queues (flush_ready's), when channel is given: workers
+-- waiting for those queues claim at once (shard.Keys.ReadyChannel).
+local function publish_ready(channel, shardNo, nowUs, queues)
+  if not channel or channel == '' then
+    return
+  end
+  local msg = shardNo .. ' ' .. nowUs
+  for _, q in ipairs(queues) do
+    redis.call('PUBLISH', channel .. q, msg)
+  end
+end
+
 -- A run's state is the job field 'r'..due: "st|att|dl|tok|wk|sa|ra|er" (state, attempts,
 -- deliveries, token, worker, claimed at, retry at or died at, error). A run that is
 -- ready for its first attempt has no field yet. The token is set only while the run is

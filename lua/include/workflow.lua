@@ -412,6 +412,27 @@ local function wf_count(kids, counts, children, cat)
   end
 end
 
+-- WF_WAITING matches a waiting node's state (wf_get's form), capturing its other parts.
+local WF_WAITING = '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$'
+
+-- wf_own_end returns node state v (wf_get's form) ended as st at nowStr after att
+-- attempts (a number, a string, or false: those of v), or nil when v is no state of a
+-- node that has not ended (waiting or released): only its state, end and attempts change.
+local function wf_own_end(v, st, nowStr, att)
+  local cur, mid, oldAtt = string.match(v or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
+  if cur ~= 'waiting' and cur ~= 'released' then
+    return nil
+  end
+  return st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt)
+end
+
+-- wf_held reports whether workflow wf (hash wk) is a held instance (overlap buffer_one;
+-- only an instance of a definition, whose id has an '@', can be): it runs no node, and
+-- one whose rule is met waits until the instance starts (wf_hold_release).
+local function wf_held(wk, wf)
+  return string.find(wf, '@', 1, true) ~= nil and redis.call('HGET', wk, 'hold') == '1'
+end
+
 -- wf_mark_many ends nodes of workflow wf (hash wk), ends a list of node, state, result
 -- (a succeeded node's, may be false), attempts (false: kept), ... (4 values a node),
 -- each unless it ended already,
@@ -449,9 +470,9 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
     local fs = fields[2 * n]
     local at = pending[fs]
     -- Only the node's own state, its end and its attempts change: the rest is kept as is.
-    local cur, mid, oldAtt = string.match(at and writes[at] or v[2 * n] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
-    if cur == 'waiting' or cur == 'released' then
-      wf_write(writes, pending, fs, st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt))
+    local own = wf_own_end(at and writes[at] or v[2 * n], st, nowStr, att)
+    if own then
+      wf_write(writes, pending, fs, own)
       if result and st == 'succeeded' then
         -- Its children are claimed after this call: they find it.
         wf_write(writes, pending, 'x:' .. node, result)
@@ -490,18 +511,14 @@ local function wf_mark_many(P, wk, wf, ends, now, nowStr, keep, retention, rel)
       end
       -- A waiting child's state (wf_get's form, decoded here without its table: this runs
       -- for every child of every node that ends).
-      local rule, np, ok, cbad, skip, relAt, en, att = string.match(cur or '',
-        '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$')
+      local rule, np, ok, cbad, skip, relAt, en, att = string.match(cur or '', WF_WAITING)
       if rule then
         local t = tally[child]
         np, ok = wf_num(np), wf_num(ok) + t.ok
         cbad, skip = wf_num(cbad) + t.bad, wf_num(skip) + t.skip
         local d = wf_decide_by(rule, np, ok, cbad, skip)
         if d == 'run' and held == nil then
-          -- A held instance (overlap buffer_one; only an instance of a definition, whose
-          -- id has an '@', can be) runs no node: one whose rule is met waits, and is
-          -- released when the instance starts (wf_hold_release).
-          held = string.find(wf, '@', 1, true) ~= nil and redis.call('HGET', wk, 'hold') == '1'
+          held = wf_held(wk, wf)
         end
         local counted = rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
           wf_int(skip) .. '|'
@@ -565,9 +582,6 @@ local function wf_keep_result(wk, node, result)
   end
 end
 
--- WF_WAITING matches a waiting node's state (wf_get's form), capturing its other parts.
-local WF_WAITING = '^waiting|([^|]*)|(%d*)|(%d*)|(%d*)|(%d*)|([^|]*)|([^|]*)|([^|]*)$'
-
 -- wf_mark_one is wf_mark_many for the commonest end, taken without its tables: one node
 -- of the workflow succeeded in the call, and it has one child, which its end releases or
 -- leaves waiting (a chain's node, a fan-in's parent ended alone), or none (the workflow
@@ -585,11 +599,10 @@ local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retent
   if string.find(child, ',', 1, true) or (left <= 0 and child ~= '') then
     return nil
   end
-  local cur, mid, oldAtt = string.match(v[2] or '', '^([^|]*)|(.*)|[^|]*|([^|]*)$')
-  if cur ~= 'waiting' and cur ~= 'released' then
+  local own = wf_own_end(v[2], st, nowStr, att)
+  if not own then
     return nil
   end
-  local own = st .. '|' .. mid .. '|' .. nowStr .. '|' .. (att and (type(att) == 'number' and wf_int(att) or att) or oldAtt)
   -- Written without a table of writes (a table grown value by value costs as much as a
   -- field read): the result, if any, on its own, once nothing falls back.
   if left <= 0 then
@@ -624,7 +637,7 @@ local function wf_mark_one(P, wk, wf, node, st, result, att, now, nowStr, retent
   wf_keep_result(wk, node, result)
   -- Each state built in one concatenation (a part built first is one more string).
   local state
-  if d == 'run' and not (string.find(wf, '@', 1, true) and redis.call('HGET', wk, 'hold') == '1') then
+  if d == 'run' and not wf_held(wk, wf) then
     state = 'released|' .. rule .. '|' .. wf_int(np) .. '|' .. wf_int(ok) .. '|' .. wf_int(cbad) .. '|' ..
       wf_int(skip) .. '|' .. nowStr .. '|' .. en .. '|' .. catt
     rel[#rel + 1] = wf .. '@' .. child
