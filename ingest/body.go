@@ -148,7 +148,7 @@ func (s *Server) bodyReadError(ctx *fasthttp.RequestCtx, err error) *apiError {
 	if kind == "timeout" {
 		aerr = &apiError{status: 408, code: CodeInvalid, msg: "the request body was not sent in time"}
 	}
-	s.logLimited(ctx, &s.reqLog, slog.LevelInfo, "request body not read", "method", safeMethod(ctx.Method()),
+	s.logLimited(ctx, s.reqLog, slog.LevelInfo, "request body not read", "method", safeMethod(ctx.Method()),
 		"route", s.routeName(ctx), "remote_addr", ctx.RemoteAddr().String(), "error_kind", kind, "status", aerr.status)
 	return aerr
 }

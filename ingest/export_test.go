@@ -1,11 +1,15 @@
 package ingest
 
-import "time"
+import (
+	"time"
+
+	"github.com/tockhq/tock/internal/limit"
+)
 
 // SetLogEvery sets the interval of the server's rate-limited logs (0: every line), for
-// tests that check every line.
+// tests that check every line. Call it before Start.
 func SetLogEvery(s *Server, d time.Duration) {
-	s.errLog.every, s.reqLog.every, s.fhLog.every = d, d, d
+	s.errLog, s.reqLog, s.fhLog = limit.NewEvery(d), limit.NewEvery(d), limit.NewEvery(d)
 }
 
 // BodyMemoryHeld returns the bytes of Config.MaxBodyMemory held by requests.

@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/tockhq/tock/internal/limit"
 	"github.com/valyala/fasthttp"
 )
 
@@ -22,32 +22,9 @@ import (
 // logEvery is how often a rate-limited log lets a line through.
 const logEvery = time.Second
 
-// logLimiter lets one line through per interval and counts the others.
-type logLimiter struct {
-	mu         sync.Mutex
-	every      time.Duration
-	last       time.Time
-	suppressed int
-}
-
-// take reports whether a line may be logged now, and how many were left out since the
-// last one that was.
-func (l *logLimiter) take() (ok bool, suppressed int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.suppressed, l.last = 0, now
-	return true, n
-}
-
 // logLimited logs at level through l; attrs must not hold request data.
-func (s *Server) logLimited(ctx context.Context, l *logLimiter, level slog.Level, msg string, attrs ...any) {
-	ok, n := l.take()
+func (s *Server) logLimited(ctx context.Context, l *limit.Every, level slog.Level, msg string, attrs ...any) {
+	ok, n := l.Take()
 	if !ok {
 		return
 	}
@@ -60,7 +37,7 @@ func (s *Server) logLimited(ctx context.Context, l *logLimiter, level slog.Level
 // logError logs an internal error, at most once per second (the count of the ones left
 // out goes with the next).
 func (s *Server) logError(ctx context.Context, msg string, err error, attrs ...any) {
-	s.logLimited(ctx, &s.errLog, slog.LevelError, msg, append(attrs, "error", err)...)
+	s.logLimited(ctx, s.errLog, slog.LevelError, msg, append(attrs, "error", err)...)
 }
 
 // knownMethods are the methods a log line may name; any other is logged as "other" (a
@@ -160,7 +137,7 @@ func (f fasthttpLogger) Printf(format string, args ...any) {
 			safe[i] = "-"
 		}
 	}
-	ok, n := f.s.fhLog.take()
+	ok, n := f.s.fhLog.Take()
 	if !ok {
 		return
 	}

@@ -644,7 +644,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, &apiError{status: 400, code: CodeInvalid, msg: "malformed HTTP request (" + kind + ")"})
 	}
 	route := s.routeName(ctx)
-	s.logLimited(ctx, &s.reqLog, slog.LevelInfo, "request not read", "method", safeMethod(ctx.Method()),
+	s.logLimited(ctx, s.reqLog, slog.LevelInfo, "request not read", "method", safeMethod(ctx.Method()),
 		"route", route, "remote_addr", ctx.RemoteAddr().String(), "error_kind", kind, "status", ctx.Response.StatusCode())
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.HTTPRequest(route, ctx.Response.StatusCode(), 0)

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tockhq/tock/internal/egress"
+	"github.com/tockhq/tock/internal/limit"
 	"github.com/tockhq/tock/job"
 	"github.com/tockhq/tock/shard"
 )
@@ -215,9 +216,9 @@ type Server struct {
 	backlog  backlogCache
 	runsPull pullState // the run endpoints (runs.go)
 	rates    rateTracker
-	errLog   logLimiter   // internal errors
-	reqLog   logLimiter   // requests fasthttp could not read
-	fhLog    logLimiter   // fasthttp's own messages
+	errLog   *limit.Every // internal errors
+	reqLog   *limit.Every // requests fasthttp could not read
+	fhLog    *limit.Every // fasthttp's own messages
 	inflight atomic.Int64 // requests inside the handler
 	admitted atomic.Int64 // runs made ready by this server's creates, ever (backlog.go)
 	bodyMem  atomic.Int64 // bytes of MaxBodyMemory held by requests
@@ -256,9 +257,9 @@ func New(cfg Config) (*Server, error) {
 		egress:     cfg.Egress,
 		now:        time.Now,
 		quit:       make(chan struct{}),
-		errLog:     logLimiter{every: logEvery},
-		reqLog:     logLimiter{every: logEvery},
-		fhLog:      logLimiter{every: logEvery},
+		errLog:     limit.NewEvery(logEvery),
+		reqLog:     limit.NewEvery(logEvery),
+		fhLog:      limit.NewEvery(logEvery),
 	}
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, tokenSum{sum: sha256.Sum256([]byte(t.Secret)), scope: t.Scope})

@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/maphash"
-	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -115,7 +113,7 @@ func (u *UI) events(ctx *fasthttp.RequestCtx, v *viewer) {
 				_ = w.Flush()
 				return
 			case err != nil:
-				u.liveLog.warn(u.log, "live update", "page", name, "error", err)
+				u.warnLive(name, err)
 				_, _ = w.WriteString(": error\n\n") // a comment: keeps the stream, shows nothing
 			case b != nil:
 				_, _ = w.WriteString("event: update\nid: " + st.version + "\ndata: ")
@@ -366,29 +364,16 @@ func pageOfPath(p string) (name, id string, ok bool) {
 	return "", "", false
 }
 
-// logLimiter lets one line through a second and counts the others: a failure of the
-// live updates (Redis unreachable) fails every open stream's check every second.
-type logLimiter struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// warn logs msg at level Warn unless a line went through in the last second; the next
-// line that does says how many were left out ("suppressed").
-func (l *logLimiter) warn(log *slog.Logger, msg string, attrs ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
-		l.suppressed++
-		l.mu.Unlock()
+// warnLive logs a failed check of page's live stream, at most once a second for all
+// streams (liveLog); the line says how many were left out since the last one.
+func (u *UI) warnLive(page string, err error) {
+	ok, n := u.liveLog.Take()
+	if !ok {
 		return
 	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	l.mu.Unlock()
+	attrs := []any{"page", page, "error", err}
 	if n > 0 {
 		attrs = append(attrs, "suppressed", n)
 	}
-	log.Warn(msg, attrs...)
+	u.log.Warn("live update", attrs...)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tockhq/tock/ingest"
+	"github.com/tockhq/tock/internal/limit"
 	"github.com/tockhq/tock/shard"
 )
 
@@ -69,8 +70,9 @@ type UI struct {
 	// page and query.
 	loadsMu sync.Mutex
 	loads   map[string]*sharedLoad
-	// liveLog rate-limits the streams' failures.
-	liveLog logLimiter
+	// liveLog rate-limits the streams' failures: one line a second for all streams (a
+	// failure, Redis unreachable, fails every open stream's check every second).
+	liveLog *limit.Every
 }
 
 // New returns the dashboard of cfg.API.
@@ -97,7 +99,7 @@ func New(cfg Config) (*UI, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	u := &UI{cfg: cfg, api: cfg.API, store: cfg.API.Store(), log: cfg.Logger.With("component", "ui"), anonCSRF: randToken(),
-		seed: maphash.MakeSeed(), loads: map[string]*sharedLoad{}}
+		seed: maphash.MakeSeed(), loads: map[string]*sharedLoad{}, liveLog: limit.NewEvery(time.Second)}
 	var err error
 	if u.pages, err = parseTemplates(); err != nil {
 		return nil, err
