@@ -87,6 +87,12 @@ func ValidState(s State) bool {
 	return false
 }
 
+// Ended reports whether s is a final state: completed, dead or cancelled (nothing the job
+// does changes it; lua common's final).
+func (s State) Ended() bool {
+	return s == StateCompleted || s == StateDead || s == StateCancelled
+}
+
 // Overlap says what a recurring job does when an occurrence comes while a previous run of
 // the same job is still ready, running or waiting for a retry.
 type Overlap string

@@ -247,13 +247,7 @@ type jobData struct {
 func (d *jobData) node() bool { return workflowOf(d.Job.ID) != nil }
 
 // ended reports whether the job is in a final state: completed, dead or cancelled.
-func (d *jobData) ended() bool {
-	switch job.State(d.Job.State) {
-	case job.StateCompleted, job.StateDead, job.StateCancelled:
-		return true
-	}
-	return false
-}
+func (d *jobData) ended() bool { return job.State(d.Job.State).Ended() }
 
 // CanPause reports whether Pause does something: the job may start runs.
 func (d *jobData) CanPause() bool {

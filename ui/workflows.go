@@ -236,13 +236,7 @@ func (d *workflowData) Ended() bool {
 
 // defEnded reports whether the definition's job is in a final state (cancelled, or
 // completed or dead).
-func (d *workflowData) defEnded() bool {
-	switch job.State(d.W.JobState) {
-	case job.StateCompleted, job.StateDead, job.StateCancelled:
-		return true
-	}
-	return false
-}
+func (d *workflowData) defEnded() bool { return job.State(d.W.JobState).Ended() }
 
 // DefCanPause reports whether Pause does something: the definition may start instances.
 func (d *workflowData) DefCanPause() bool {
